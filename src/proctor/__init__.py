@@ -1,0 +1,80 @@
+"""
+proctor hosts an AI agent and owns the decision of when it stops.
+
+The actor proposes; the controller decides, journals and terminates; an
+external verifier judges a frozen candidate; a budget accountant keeps spend
+outside the model.
+"""
+
+from proctor._errors import BudgetError as BudgetError
+from proctor._errors import ConfigError as ConfigError
+from proctor._errors import EffectError as EffectError
+from proctor._errors import FencedError as FencedError
+from proctor._errors import JournalError as JournalError
+from proctor._errors import ProctorError as ProctorError
+from proctor._errors import RunNotFoundError as RunNotFoundError
+from proctor._errors import SchemaError as SchemaError
+from proctor._errors import TrajectoryError as TrajectoryError
+from proctor._errors import WorkspaceError as WorkspaceError
+from proctor.budgets import Budget as Budget
+from proctor.runtime import Actor as Actor
+from proctor.runtime import Claim as Claim
+from proctor.runtime import Completion as Completion
+from proctor.runtime import Decision as Decision
+from proctor.runtime import Disposition as Disposition
+from proctor.runtime import FunctionActor as FunctionActor
+from proctor.runtime import Message as Message
+from proctor.runtime import MessageKind as MessageKind
+from proctor.runtime import Observation as Observation
+from proctor.runtime import Policy as Policy
+from proctor.runtime import Proposal as Proposal
+from proctor.runtime import Round as Round
+from proctor.runtime import RunResult as RunResult
+from proctor.runtime import ScriptedActor as ScriptedActor
+from proctor.runtime import Task as Task
+from proctor.runtime import ToolCall as ToolCall
+from proctor.runtime import ToolResult as ToolResult
+from proctor.runtime import load_task as load_task
+from proctor.runtime import replay as replay
+from proctor.runtime import run as run
+from proctor.verifiers import CommandCheck as CommandCheck
+from proctor.verifiers import Evidence as Evidence
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "Actor",
+    "Budget",
+    "BudgetError",
+    "Claim",
+    "CommandCheck",
+    "Completion",
+    "ConfigError",
+    "Decision",
+    "Disposition",
+    "EffectError",
+    "Evidence",
+    "FencedError",
+    "FunctionActor",
+    "JournalError",
+    "Message",
+    "MessageKind",
+    "Observation",
+    "Policy",
+    "ProctorError",
+    "Proposal",
+    "Round",
+    "RunNotFoundError",
+    "RunResult",
+    "SchemaError",
+    "ScriptedActor",
+    "Task",
+    "ToolCall",
+    "ToolResult",
+    "TrajectoryError",
+    "WorkspaceError",
+    "__version__",
+    "load_task",
+    "replay",
+    "run",
+)

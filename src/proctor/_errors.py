@@ -1,0 +1,86 @@
+"""
+Exceptions raised by proctor.
+
+Every error proctor raises derives from :class:`ProctorError`::
+
+    ProctorError
+    ├── ConfigError (ValueError)         bad task file, policy or argument
+    │   └── TrajectoryError              a malformed recorded trajectory
+    ├── WorkspaceError (PermissionError)  a path outside the task's workspace
+    ├── JournalError                     the journal could not be read or written
+    │   ├── SchemaError                  the journal's schema is newer than this proctor
+    │   └── FencedError                  a write refused by the run's status or epoch
+    ├── EffectError                      an effect-ledger rule was broken
+    ├── BudgetError                      a budget rule was broken (unknown model price, ...)
+    └── RunNotFoundError (LookupError)   no run with that id in the journal
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "BudgetError",
+    "ConfigError",
+    "EffectError",
+    "FencedError",
+    "JournalError",
+    "ProctorError",
+    "RunNotFoundError",
+    "SchemaError",
+    "TrajectoryError",
+    "WorkspaceError",
+)
+
+
+class ProctorError(Exception):
+    """Base class of every error proctor raises."""
+
+
+class ConfigError(ProctorError, ValueError):
+    """
+    Bad input from a person: a task file, a policy, an argument.
+
+    The message says what was wrong, where (file, line or field) and what would
+    be accepted.
+    """
+
+
+class TrajectoryError(ConfigError):
+    """
+    A recorded trajectory that does not follow format v1.
+
+    Args:
+        message: what is wrong and what would be accepted.
+        line: the 1-based line of the file, when the error belongs to one.
+    """
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        self.line = line
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+class WorkspaceError(ProctorError, PermissionError):
+    """A path that leaves the task's workspace (traversal or a symlink escape)."""
+
+
+class JournalError(ProctorError):
+    """The journal could not be opened, read or written."""
+
+
+class SchemaError(JournalError):
+    """The journal was written by a newer proctor whose schema this one does not know."""
+
+
+class FencedError(JournalError):
+    """A write refused because the run is no longer running or no longer owned by this epoch."""
+
+
+class EffectError(ProctorError):
+    """An effect-ledger rule was broken, such as one idempotency key with other arguments."""
+
+
+class BudgetError(ProctorError):
+    """A budget rule was broken, such as a model with no known or declared price."""
+
+
+class RunNotFoundError(ProctorError, LookupError):
+    """No run with the given id is in the journal."""

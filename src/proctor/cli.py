@@ -1,0 +1,447 @@
+"""
+The ``proctor`` command.
+
+Exit codes of ``proctor run`` say how the run ended (see :data:`EXIT_CODES`);
+2 is bad input everywhere; 1 is an unexpected error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+import structlog
+from rich.console import Console
+from rich.table import Table
+
+from proctor._errors import ConfigError, ProctorError, RunNotFoundError
+from proctor.runtime._actor import ScriptedActor
+from proctor.runtime._controller import run as run_task
+from proctor.runtime._journal import open_journal
+from proctor.runtime._records import Decision, Disposition, TraceRecord
+from proctor.runtime._task import load_task
+from proctor.runtime._trajectory import diff_replays, read_trajectory, replay
+
+__all__ = ("EXIT_CODES", "main")
+
+#: ``proctor run``'s exit code for each disposition.
+EXIT_CODES: dict[Disposition, int] = {
+    Disposition.COMPLETED: 0,
+    Disposition.PARTIAL: 10,
+    Disposition.BLOCKED: 11,
+    Disposition.NEEDS_INPUT: 12,
+    Disposition.BUDGET_EXHAUSTED: 13,
+    Disposition.NO_PROGRESS: 14,
+    Disposition.STOPPED: 15,
+    Disposition.FAILED: 16,
+}
+
+_JOURNAL = click.option(
+    "--journal",
+    "journal",
+    default=lambda: os.environ.get("PROCTOR_JOURNAL", "proctor.db"),
+    show_default="proctor.db, or $PROCTOR_JOURNAL",
+    help="The journal: a SQLite file.",
+)
+
+
+def _configure_logging(level: str) -> None:
+    """Structured logs on stderr: JSON when stderr is not a terminal."""
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer()
+        if sys.stderr.isatty()
+        else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _fail(message: str) -> None:
+    click.echo(f"proctor: {message}", err=True)
+    raise SystemExit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--log-level",
+    default="warning",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    show_default=True,
+    help="Structured logs on stderr at this level and above.",
+)
+def main(log_level: str) -> None:
+    """Host an AI agent and own the decision of when it stops."""
+    _configure_logging(log_level)
+
+
+def _action_text(record: TraceRecord) -> str:
+    event = record.event or {}
+    if event.get("type") == "action":
+        args = event.get("args") or {}
+        target = args.get("path") or args.get("cmd") or args.get("url") or ""
+        return f"{event.get('tool')} {target}".strip()
+    if event.get("type") == "verdict":
+        return f"verdict {event.get('check')}: {'pass' if event.get('passed') else 'fail'}"
+    if event.get("type") == "message":
+        return f"{event.get('kind')}: {str(event.get('text', ''))[:40]}"
+    if record.action:
+        try:
+            action = json.loads(record.action)
+            return f"{action.get('tool')} {json.dumps(action.get('args'))[:60]}"
+        except ValueError:
+            return record.action[:60]
+    return record.kind
+
+
+def _budget_text(remaining: dict[str, float]) -> str:
+    if not remaining:
+        return "unlimited"
+    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(remaining.items()))
+
+
+@main.command("run")
+@click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path))
+@_JOURNAL
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def run_command(task_file: Path, journal: str, as_json: bool) -> None:
+    """Run the task in TASK_FILE until the controller decides it is over."""
+    try:
+        loaded = load_task(task_file)
+        assert loaded.actor.script is not None
+        actor = ScriptedActor.from_file(loaded.actor.script)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    # Commands the agent and the checks run find this Python environment first.
+    here = os.path.dirname(sys.executable)
+    os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+    console = Console(stderr=as_json, highlight=False)
+    status = console.status("starting", spinner="dots") if console.is_terminal else None
+
+    def on_step(record: TraceRecord) -> None:
+        line = (
+            f"step {record.step:>3}  {_action_text(record)[:60]:<60}  "
+            f"{record.decision.value:<8}  budget left: {_budget_text(record.remaining)}"
+        )
+        notable = record.decision is not Decision.CONTINUE or record.kind in ("verdict", "ended")
+        if status is None or notable:
+            style = {
+                Decision.REFUSE: "bold yellow",
+                Decision.STOP: "bold",
+                Decision.NUDGE: "cyan",
+            }.get(record.decision, "")
+            reason = f"  ({record.reason})" if record.decision is not Decision.CONTINUE else ""
+            console.print(line + reason, style=style, markup=False, soft_wrap=True)
+        if status is not None:
+            status.update(line)
+
+    async def go() -> Any:
+        return await run_task(loaded.task, actor, journal, on_step=on_step)
+
+    if status is not None:
+        status.start()
+    try:
+        result = anyio.run(go)
+    except ProctorError as exc:
+        _fail(str(exc))
+        return
+    finally:
+        if status is not None:
+            status.stop()
+    if as_json:
+        click.echo(json.dumps(result.summary(), indent=2))
+    else:
+        handoff = result.handoff
+        console.print(f"\ndisposition: [bold]{result.disposition.value}[/bold]")
+        if result.stop_reason is not None:
+            console.print(f"stop reason: {result.stop_reason.code} - {result.stop_reason.message}")
+        console.print(f"candidate:   {result.candidate.digest}")
+        for line in handoff.evidence:
+            console.print(f"evidence:    {line}", markup=False)
+        for line in handoff.open_findings:
+            console.print(f"open:        {line}", markup=False)
+        console.print(f"next:        {handoff.next_step} (owner: {handoff.owner})")
+        console.print(f"run:         {result.run_id}  (journal {result.journal})")
+    raise SystemExit(EXIT_CODES[result.disposition])
+
+
+@main.command("runs")
+@_JOURNAL
+@click.option("--limit", default=50, show_default=True, help="How many runs to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs_command(journal: str, limit: int, as_json: bool) -> None:
+    """List the runs in the journal, newest first."""
+
+    async def go() -> list[Any]:
+        async with open_journal(journal) as j:
+            return await j.list_runs(limit)
+
+    rows = _guard(go)
+    if as_json:
+        click.echo(json.dumps([_row(r) for r in rows], indent=2))
+        return
+    table = Table("run", "task", "status", "steps", "started", "goal")
+    for r in rows:
+        table.add_row(
+            r.run_id[:12], r.task_id[:12], r.status, str(r.steps), _when(r.started_at), r.goal[:40]
+        )
+    Console().print(table)
+
+
+def _row(r: Any) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "task_id": r.task_id,
+        "status": r.status,
+        "disposition": r.disposition,
+        "steps": r.steps,
+        "started_at": r.started_at,
+        "ended_at": r.ended_at,
+        "goal": r.goal,
+    }
+
+
+def _when(ts: float | None) -> str:
+    import datetime
+
+    if ts is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _guard(fn: Any) -> Any:
+    try:
+        return anyio.run(fn)
+    except RunNotFoundError as exc:
+        _fail(str(exc))
+    except ProctorError as exc:
+        _fail(str(exc))
+    return None
+
+
+@main.command("show")
+@click.argument("run_id")
+@_JOURNAL
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the run, its trace and handoff as JSON."
+)
+def show_command(run_id: str, journal: str, as_json: bool) -> None:
+    """Print a run's trace as a table, and its handoff."""
+
+    async def go() -> tuple[Any, list[dict[str, Any]]]:
+        async with open_journal(journal) as j:
+            run = await j.get_run(run_id)
+            return run, await j.steps(run.run_id)
+
+    run, steps = _guard(go)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    **_row(run),
+                    "stop_reason": run.stop_reason,
+                    "handoff": run.handoff,
+                    "candidate": run.candidate_digest,
+                    "policy_version": run.policy_version,
+                    "steps": steps,
+                },
+                indent=2,
+            )
+        )
+        return
+    console = Console(highlight=False)
+    console.print(f"run {run.run_id}  task {run.task_id}  status [bold]{run.status}[/bold]")
+    console.print(f"goal: {run.goal}", markup=False)
+    table = Table("step", "kind", "action", "status", "decision", "progress", "reason", "left")
+    for s in steps:
+        record_event = s.get("event") or {}
+        fake = TraceRecord(
+            trace_id=s["trace_id"],
+            run_id=s["run_id"],
+            step=s["step"],
+            kind=s["kind"],
+            action=s["action"],
+            tool_status=None,
+            result_fingerprint=None,
+            state_version=s["state_version"],
+            state_delta={},
+            remaining=s["remaining"] or {},
+            decision=Decision(s["decision"]),
+            progress=bool(s["progress"]),
+            reason=s["reason"],
+            stop_reason=None,
+            disposition=None,
+            policy_version=s["policy_version"],
+            at=s["at"],
+            event=record_event,
+        )
+        table.add_row(
+            str(s["step"]),
+            s["kind"],
+            _action_text(fake)[:50],
+            s["tool_status"] or "",
+            s["decision"],
+            "yes" if s["progress"] else "",
+            (s["reason"] or "")[:60],
+            _budget_text(s["remaining"] or {}),
+        )
+    console.print(table)
+    if run.handoff:
+        h = run.handoff
+        console.print("\n[bold]handoff[/bold]")
+        console.print(f"disposition: {h.get('disposition')}")
+        reason = h.get("stop_reason") or {}
+        if reason:
+            console.print(
+                f"stop reason: {reason.get('code')} - {reason.get('message')}", markup=False
+            )
+        console.print(f"candidate:   {h.get('candidate_digest')}")
+        for line in h.get("evidence", []):
+            console.print(f"evidence:    {line}", markup=False)
+        for line in h.get("open_findings", []):
+            console.print(f"open:        {line}", markup=False)
+        console.print(f"spend:       {_budget_text(h.get('spend') or {})}")
+        console.print(f"next:        {h.get('next_step')} (owner: {h.get('owner')})")
+
+
+def _policy_file(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    table = data.get("policy", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [policy] must be a table")
+    return table
+
+
+@main.command("replay")
+@click.argument("trajectory", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the replay document as JSON.")
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A TOML file with policy settings ([policy] table) that replace the header's.",
+)
+@click.option("--diff", is_flag=True, help="With --policy: show where the two policies differ.")
+def replay_command(trajectory: Path, as_json: bool, policy_path: Path | None, diff: bool) -> None:
+    """Decide, offline, what the controller would have done with a recorded trajectory."""
+    if diff and policy_path is None:
+        _fail("--diff needs --policy OTHER.toml to compare with")
+    try:
+        overrides = _policy_file(policy_path) if policy_path else None
+        base = read_trajectory(trajectory)
+        other = read_trajectory(trajectory, overrides) if overrides is not None else None
+    except ConfigError as exc:
+        _fail(f"{trajectory}: {exc}" if "line" in str(exc)[:5] else str(exc))
+        return
+    if diff:
+        assert other is not None
+        a, b = replay(base), replay(other)
+        changes = diff_replays(a, b)
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "a": a.to_json() | {"steps": None},
+                        "b": b.to_json() | {"steps": None},
+                        "differences": changes,
+                    },
+                    indent=2,
+                )
+            )
+            return
+        click.echo(f"a: {a.policy_version}  {a.disposition} at {a.stopped_at}")
+        click.echo(f"b: {b.policy_version}  {b.disposition} at {b.stopped_at}")
+        if not changes:
+            click.echo("the two policies decide every event alike")
+        for c in changes:
+            click.echo(
+                f"event {c['index']}: {c['a']} -> {c['b']}  ({c['b_reason'] or c['a_reason']})"
+            )
+        return
+    result = replay(other or base)
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+        return
+    click.echo(f"disposition: {result.disposition}")
+    if result.stop_reason:
+        click.echo(f"stop reason: {result.stop_reason} ({result.message})")
+    click.echo(f"stopped at:  {result.stopped_at}  of {result.events} events")
+    click.echo(f"policy:      {result.policy_version}")
+    for s in result.steps:
+        if s.decision is not Decision.CONTINUE:
+            click.echo(f"  event {s.index}: {s.decision.value}  {s.reason}")
+
+
+@main.command("export")
+@click.argument("run_id")
+@_JOURNAL
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here.")
+def export_command(run_id: str, journal: str, output: Path | None) -> None:
+    """Write a recorded run as a trajectory (format v1) that replays to the same decisions."""
+
+    async def go() -> list[str]:
+        async with open_journal(journal) as j:
+            run = await j.get_run(run_id)
+            task = await j.get_task(run.task_id)
+            steps = await j.steps(run.run_id)
+        return export_lines(task, run.policy, steps)
+
+    lines = _guard(go)
+    text = "\n".join(lines) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+def export_lines(
+    task: dict[str, Any], policy: dict[str, Any], steps: Sequence[dict[str, Any]]
+) -> list[str]:
+    """
+    Turn a journaled run into trajectory lines: the header, then one event per step.
+
+    Steps with no event (a crash, refusals after the end) are left out.
+    """
+    spec = task.get("spec") or {}
+    contract = spec.get("contract") or {}
+    header = {
+        "format": "proctor.trajectory",
+        "version": 1,
+        "task": {
+            "kind": contract.get("kind", "build"),
+            "checks": [c["name"] for c in contract.get("checks", []) if c.get("required", True)],
+            "required_files": contract.get("required_files", []),
+            "protected": contract.get("protected", []),
+        },
+        "policy": policy,
+    }
+    lines = [json.dumps(header, separators=(",", ":"))]
+    for step in steps:
+        event = step.get("event")
+        if event:
+            lines.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
+    return lines

@@ -1,0 +1,81 @@
+"""The runtime: the four tasks, channels, records, controller policy, tools, journal."""
+
+from proctor.runtime._actor import Actor as Actor
+from proctor.runtime._actor import FunctionActor as FunctionActor
+from proctor.runtime._actor import ScriptedActor as ScriptedActor
+from proctor.runtime._actor import load_script as load_script
+from proctor.runtime._controller import run as run
+from proctor.runtime._journal import Journal as Journal
+from proctor.runtime._journal import open_journal as open_journal
+from proctor.runtime._judge import Judge as Judge
+from proctor.runtime._judge import TaskFacts as TaskFacts
+from proctor.runtime._outcome import Candidate as Candidate
+from proctor.runtime._outcome import Handoff as Handoff
+from proctor.runtime._outcome import RunResult as RunResult
+from proctor.runtime._policy import Policy as Policy
+from proctor.runtime._records import Claim as Claim
+from proctor.runtime._records import Completion as Completion
+from proctor.runtime._records import Decision as Decision
+from proctor.runtime._records import Disposition as Disposition
+from proctor.runtime._records import Message as Message
+from proctor.runtime._records import MessageKind as MessageKind
+from proctor.runtime._records import Observation as Observation
+from proctor.runtime._records import ObservationKind as ObservationKind
+from proctor.runtime._records import Proposal as Proposal
+from proctor.runtime._records import Round as Round
+from proctor.runtime._records import StopReason as StopReason
+from proctor.runtime._records import ToolCall as ToolCall
+from proctor.runtime._records import ToolResult as ToolResult
+from proctor.runtime._records import ToolStatus as ToolStatus
+from proctor.runtime._records import TraceRecord as TraceRecord
+from proctor.runtime._task import Task as Task
+from proctor.runtime._task import load_task as load_task
+from proctor.runtime._tools import Tool as Tool
+from proctor.runtime._tools import ToolContext as ToolContext
+from proctor.runtime._tools import ToolRegistry as ToolRegistry
+from proctor.runtime._toolspec import Effect as Effect
+from proctor.runtime._toolspec import ToolSpec as ToolSpec
+from proctor.runtime._trajectory import parse_trajectory as parse_trajectory
+from proctor.runtime._trajectory import read_trajectory as read_trajectory
+from proctor.runtime._trajectory import replay as replay
+
+__all__ = (
+    "Actor",
+    "Candidate",
+    "Claim",
+    "Completion",
+    "Decision",
+    "Disposition",
+    "Effect",
+    "FunctionActor",
+    "Handoff",
+    "Journal",
+    "Judge",
+    "Message",
+    "MessageKind",
+    "Observation",
+    "ObservationKind",
+    "Policy",
+    "Proposal",
+    "Round",
+    "RunResult",
+    "ScriptedActor",
+    "StopReason",
+    "Task",
+    "TaskFacts",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolSpec",
+    "ToolStatus",
+    "TraceRecord",
+    "load_script",
+    "load_task",
+    "open_journal",
+    "parse_trajectory",
+    "read_trajectory",
+    "replay",
+    "run",
+)

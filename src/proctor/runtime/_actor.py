@@ -1,0 +1,159 @@
+"""
+Actors: whatever proposes the next step. The runtime puts each in its own task.
+
+An actor is any object with ``async def propose(self, observation) ->
+Proposal | None``. Returning None means it has nothing more to propose. It holds
+no handle that can end the run: it only sends proposals.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import anyio
+import attrs
+import cattrs
+import structlog
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from proctor._errors import ConfigError
+from proctor._wire import converter
+from proctor.runtime._records import Observation, Proposal
+
+__all__ = (
+    "Actor",
+    "ActorCrashed",
+    "ActorFinished",
+    "FunctionActor",
+    "ScriptedActor",
+    "load_script",
+    "run_actor",
+)
+
+log = structlog.get_logger()
+
+
+@runtime_checkable
+class Actor(Protocol):
+    """Anything that turns an observation into a proposal."""
+
+    async def propose(self, observation: Observation) -> Proposal | None:
+        """Return the next proposal, or None when there is nothing more to propose."""
+        ...
+
+
+@attrs.frozen
+class ActorFinished:
+    """The actor has nothing more to propose."""
+
+
+@attrs.frozen
+class ActorCrashed:
+    """The actor raised an exception; the controller decides what it means."""
+
+    error: str
+
+
+@attrs.define(eq=False)
+class ScriptedActor:
+    """
+    An actor that proposes a fixed list of proposals, in order, whatever it observes.
+
+    Args:
+        proposals: the script.
+    """
+
+    proposals: list[Proposal]
+    observations: list[Observation] = attrs.field(factory=list, init=False)
+    _next: int = attrs.field(default=0, init=False)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedActor:
+        """Load a script: JSON Lines, one proposal per line (see ``docs/taskfile.md``)."""
+        return cls(load_script(path))
+
+    async def propose(self, observation: Observation) -> Proposal | None:
+        """Return the next scripted proposal."""
+        self.observations.append(observation)
+        if self._next >= len(self.proposals):
+            return None
+        proposal = self.proposals[self._next]
+        self._next += 1
+        return proposal
+
+
+@attrs.define(eq=False)
+class FunctionActor:
+    """An actor from an async function ``(observation) -> proposal | None``."""
+
+    fn: Callable[[Observation], Awaitable[Proposal | None]]
+
+    async def propose(self, observation: Observation) -> Proposal | None:
+        """Call the function."""
+        return await self.fn(observation)
+
+
+def load_script(path: str | Path, lines: Iterable[str] | None = None) -> list[Proposal]:
+    """
+    Read a script of proposals (JSON Lines; blank lines and ``#`` comments skipped).
+
+    Raises:
+        ConfigError: a line that is not a proposal; the message names file and line.
+    """
+    if lines is None:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the actor script: {exc.strerror}") from exc
+    proposals: list[Proposal] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        try:
+            proposals.append(converter.structure(data, Proposal))  # type: ignore[arg-type]
+        except (cattrs.BaseValidationError, KeyError, ValueError, TypeError) as exc:
+            detail = (
+                "; ".join(cattrs.transform_error(exc))
+                if isinstance(exc, cattrs.BaseValidationError)
+                else str(exc)
+            )
+            raise ConfigError(
+                f"{path}:{number}: not a proposal ({detail}); a proposal is an object with "
+                '"type": "action" | "round" | "message" | "complete" | "claim"'
+            ) from None
+    return proposals
+
+
+async def run_actor(
+    actor: Actor,
+    observations: ObjectReceiveStream[Observation],
+    proposals: ObjectSendStream[Proposal | ActorFinished | ActorCrashed],
+) -> None:
+    """
+    The actor task: answer every observation with one proposal.
+
+    Exceptions from the actor are reported to the controller, never raised into
+    the run's task group: the controller decides what a crash means.
+    """
+    async with observations, proposals:
+        async for observation in observations:
+            try:
+                proposal = await actor.propose(observation)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                log.warning("actor.crashed", error=repr(exc))
+                await proposals.send(ActorCrashed(f"{type(exc).__name__}: {exc}"))
+                return
+            if proposal is None:
+                await proposals.send(ActorFinished())
+                return
+            await proposals.send(proposal)

@@ -1,0 +1,797 @@
+"""
+The controller task, and :func:`run`, which wires the four tasks of a run.
+
+The controller is the only writer of run state and the only owner of
+termination. It admits or refuses every proposal, reserves budget before any
+spend, journals the intent of an effectful call before the tool runs, journals
+every step before it reports it, asks the verifier, and decides the
+disposition (through the decision core, :class:`~proctor.runtime._judge.Judge`).
+
+Channels (bounded memory-object streams)::
+
+    actor ── proposals ──> controller inbox <── evidence ── verifier
+    actor <── observations ── controller ── verify requests ──> verifier
+                 controller ── reserve/settle ──> accountant ── grants, deadlines ──> inbox
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import structlog
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from proctor._errors import FencedError
+from proctor._wire import to_jsonable
+from proctor.budgets._accountant import (
+    AccountantReply,
+    AccountantRequest,
+    Deadline,
+    Denied,
+    Granted,
+    Release,
+    Reserve,
+    Settle,
+    Settled,
+    run_accountant,
+)
+from proctor.budgets._budget import Exhaustion, Ledger
+from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, run_actor
+from proctor.runtime._journal import Journal, open_journal
+from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
+from proctor.runtime._normalize import canonical_json, digest
+from proctor.runtime._outcome import Candidate, Handoff, RunResult
+from proctor.runtime._process import ProcessGroups
+from proctor.runtime._records import (
+    Claim,
+    Completion,
+    Decision,
+    Disposition,
+    Message,
+    MessageKind,
+    Observation,
+    ObservationKind,
+    Proposal,
+    Round,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    ToolStatus,
+    TraceRecord,
+)
+from proctor.runtime._task import Task, prepare_workspace
+from proctor.runtime._tools import ToolContext, ToolRegistry, call_tool
+from proctor.runtime._workspace import Workspace
+from proctor.verifiers._candidate import TreeHasher, freeze
+from proctor.verifiers._evidence import Evidence
+from proctor.verifiers._verifier import VerifyRequest, VerifyResult, run_verifier
+
+__all__ = ("Controller", "StepCallback", "run")
+
+log = structlog.get_logger()
+
+StepCallback = Callable[[TraceRecord], None]
+Inbound = Proposal | ActorFinished | ActorCrashed | VerifyResult | AccountantReply
+
+#: How many proposals an actor may still send after the run ended; each is refused.
+AFTER_END_LIMIT = 16
+#: How long the controller waits for each of them.
+AFTER_END_WAIT = 2.0
+
+_TRAJECTORY_STATUS = {
+    ToolStatus.OK: "ok",
+    ToolStatus.ERROR: "error",
+    ToolStatus.UNCERTAIN: "timeout",
+}
+
+
+def _excerpt(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+@attrs.define(eq=False)
+class Controller:
+    """
+    The controller of one run. Create it through :func:`run`.
+
+    Args:
+        task: the task.
+        run_id: this run.
+        task_id: the task's identity.
+        epoch: this run's epoch; every journal write is fenced by it.
+        journal: the journal.
+        judge: the decision core.
+        registry: the tools on offer.
+        context: what the tools need.
+        hasher: the workspace's incremental tree hasher.
+        inbox: everything sent to the controller.
+        to_actor: observations for the actor.
+        to_verifier: verification requests.
+        to_accountant: budget requests.
+        actor_scope: cancels the actor's task when the run is over.
+        on_step: called with every trace record, after it is journaled.
+    """
+
+    task: Task
+    run_id: str
+    task_id: str
+    epoch: int
+    journal: Journal
+    judge: Judge
+    registry: ToolRegistry
+    context: ToolContext
+    hasher: TreeHasher
+    inbox: ObjectReceiveStream[Inbound]
+    to_actor: ObjectSendStream[Observation]
+    to_verifier: ObjectSendStream[VerifyRequest]
+    to_accountant: ObjectSendStream[AccountantRequest]
+    actor_scope: anyio.CancelScope
+    on_step: StepCallback | None = None
+    trace_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    step: int = 0
+    remaining: dict[str, float] = attrs.field(factory=dict)
+    evidence: list[Evidence] = attrs.field(factory=list)
+    _stash: deque[Inbound] = attrs.field(factory=deque)
+    _ref: int = 0
+    _deadline: Deadline | None = None
+    _effects: int = 0
+    final_digest: str = ""
+    handoff: Handoff | None = None
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _next_ref(self) -> int:
+        self._ref += 1
+        return self._ref
+
+    async def _receive(self) -> Inbound:
+        if self._stash:
+            return self._stash.popleft()
+        return await self.inbox.receive()
+
+    async def _reply(self, ref: int, kinds: tuple[type, ...]) -> Any:
+        """Wait for the reply to request ``ref``; keep anything else for later."""
+        while True:
+            message = await self.inbox.receive()
+            if isinstance(message, Deadline):
+                self._deadline = message
+                continue
+            if isinstance(message, kinds) and getattr(message, "ref", None) == ref:
+                return message
+            self._stash.append(message)
+
+    async def _reserve(
+        self, amounts: dict[str, float], controller: bool = False
+    ) -> int | Exhaustion:
+        ref = self._next_ref()
+        await self.to_accountant.send(Reserve(ref, amounts, controller))
+        reply = await self._reply(ref, (Granted, Denied))
+        if isinstance(reply, Denied):
+            return reply.exhaustion
+        self.remaining = reply.remaining
+        return int(reply.reservation)
+
+    async def _settle(self, reservation: int | None, actual: dict[str, float]) -> None:
+        ref = self._next_ref()
+        await self.to_accountant.send(Settle(ref, reservation, actual))
+        reply: Settled = await self._reply(ref, (Settled,))
+        self.remaining = reply.remaining
+
+    async def _digest(self) -> str:
+        return await anyio.to_thread.run_sync(self.hasher.digest)
+
+    # -- journal ------------------------------------------------------------------
+
+    async def _record(
+        self,
+        kind: str,
+        ruling: Ruling,
+        *,
+        action: str | None = None,
+        status: ToolStatus | None = None,
+        event: dict[str, Any] | None = None,
+    ) -> TraceRecord:
+        """Journal one step; only then may it be reported."""
+        self.step += 1
+        record = TraceRecord(
+            trace_id=self.trace_id,
+            run_id=self.run_id,
+            step=self.step,
+            kind=kind,
+            action=action,
+            tool_status=status,
+            result_fingerprint=ruling.result_fingerprint,
+            state_version=self.judge.state_version,
+            state_delta=ruling.delta,
+            remaining=dict(self.remaining),
+            decision=ruling.decision,
+            progress=ruling.progress,
+            reason=ruling.reason,
+            stop_reason=ruling.stop_reason,
+            disposition=ruling.disposition,
+            policy_version=self.task.policy.version,
+            at=time.time(),
+            event=event,
+        )
+        await self.journal.append_step(self.run_id, self.epoch, to_jsonable(record))
+        log.info(
+            "controller.step",
+            step=self.step,
+            kind=kind,
+            decision=ruling.decision.value,
+            reason=ruling.reason,
+        )
+        if self.on_step is not None:
+            self.on_step(record)
+        return record
+
+    async def _observe(
+        self,
+        kind: ObservationKind,
+        text: str,
+        results: Sequence[ToolResult] = (),
+    ) -> None:
+        observation = Observation(
+            step=self.step,
+            kind=kind,
+            text=text,
+            results=tuple(results),
+            remaining=dict(self.remaining),
+            disposition=self.judge.disposition,
+        )
+        # If the actor is gone, the controller decides on without it.
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self.to_actor.send(observation)
+
+    # -- the loop -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Drive the run until it has a disposition, then fence and drain."""
+        await self._observe(
+            ObservationKind.START,
+            f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}",
+        )
+        while not self.judge.terminal:
+            if self._deadline is not None:
+                await self._on_deadline(self._deadline)
+                continue
+            message = await self._receive()
+            if isinstance(message, Deadline):
+                self._deadline = message
+            elif isinstance(message, ActorFinished):
+                await self._wrap_up(
+                    lambda: self.judge.fail(
+                        "actor_finished",
+                        "the actor stopped proposing before the run reached a disposition",
+                    ),
+                )
+            elif isinstance(message, ActorCrashed):
+                ruling = self.judge.fail("actor_crashed", f"the actor crashed: {message.error}")
+                await self._record("ended", ruling, event=None)
+            elif isinstance(message, ToolCall | Round | Message | Completion | Claim):
+                await self._proposal(message)
+            # Stray replies (none are expected) are dropped.
+        await self._end()
+
+    async def _proposal(self, proposal: Proposal) -> None:
+        step_grant = await self._reserve({"steps": 1.0})
+        if isinstance(step_grant, Exhaustion):
+            await self._exhausted(step_grant)
+            return
+        if isinstance(proposal, ToolCall | Round):
+            calls = (proposal,) if isinstance(proposal, ToolCall) else proposal.calls
+            await self._calls(calls, step_grant)
+        elif isinstance(proposal, Message):
+            await self._settle(step_grant, {"steps": 1.0})
+            ruling = self.judge.message(proposal)
+            record = await self._record("message", ruling, event=_message_event(proposal))
+            build = self.task.kind == "build"
+            if proposal.kind is MessageKind.FINAL_ANSWER and build and not self.judge.terminal:
+                await self._verify()
+                return
+            await self._report(record, ruling)
+        elif isinstance(proposal, Completion):
+            await self._settle(step_grant, {"steps": 1.0})
+            message = Message(MessageKind.FINAL_ANSWER, proposal.summary)
+            ruling = self.judge.message(message)
+            record = await self._record("completion", ruling, event=_message_event(message))
+            if self.judge.terminal:
+                await self._report(record, ruling)
+                return
+            await self._verify()
+        else:
+            await self._settle(step_grant, {"steps": 1.0})
+            ruling = self.judge.claim(proposal)
+            event = {
+                "type": "claim",
+                "status": proposal.status,
+                "condition": proposal.condition,
+                "evidence": list(proposal.evidence),
+                "reason": proposal.reason,
+            }
+            record = await self._record("claim", ruling, event=event)
+            await self._report(record, ruling)
+
+    async def _report(self, record: TraceRecord, ruling: Ruling) -> None:
+        if ruling.decision is Decision.STOP:
+            return  # the end is reported once, by _end
+        kind = {
+            Decision.NUDGE: ObservationKind.NUDGE,
+            Decision.REFUSE: ObservationKind.REFUSAL,
+        }.get(ruling.decision, ObservationKind.NOTE)
+        await self._observe(kind, ruling.reason)
+
+    # -- tool calls -----------------------------------------------------------------
+
+    async def _calls(self, calls: Sequence[ToolCall], step_grant: int) -> None:
+        items: list[Act | Refused] = []
+        results: list[ToolResult] = []
+        spent: dict[str, float] = {"steps": 1.0}
+        round_id = f"r{self.step + 1}" if len(calls) > 1 else None
+        for call in calls:
+            item = await self._dispatch(call, spent)
+            items.append(item)
+            results.append(
+                item.result
+                if isinstance(item, Act)
+                else ToolResult(ToolStatus.REFUSED, f"refused: {item.reason}")
+            )
+        await self._settle(step_grant, spent)
+        rulings = self.judge.round(items)
+        last: Ruling | None = None
+        for item, result, ruling in zip(items, results, rulings, strict=True):
+            action = normalized_action(item.call)
+            event = _action_event(item.call, result, round_id)
+            await self._record("action", ruling, action=action, status=result.status, event=event)
+            last = ruling
+        if self.judge.terminal:
+            return
+        notes = [r.reason for r in rulings if r.decision in (Decision.NUDGE, Decision.REFUSE)]
+        assert last is not None
+        kind = ObservationKind.NUDGE if last.decision is Decision.NUDGE else ObservationKind.RESULT
+        text = "\n".join(_describe(i.call, r) for i, r in zip(items, results, strict=True))
+        if notes:
+            text += "\n" + "\n".join(notes)
+        await self._observe(kind, text, results)
+
+    async def _dispatch(self, call: ToolCall, spent: dict[str, float]) -> Act | Refused:
+        """Run one call, or refuse it. The completion fence is checked here, first."""
+        if self.judge.terminal:
+            return Refused(call, f"fence: the run has ended ({self.judge.disposition})")
+        refusal = self.judge.admit(call)
+        if refusal is not None:
+            return Refused(call, refusal)
+        spec = self.registry.spec(call.tool)
+        amounts = {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
+        grant = await self._reserve(amounts)
+        if isinstance(grant, Exhaustion):
+            return Refused(call, f"budget: {grant.describe()}; the call was not sent")
+        key: str | None = None
+        if spec.effectful:
+            self._effects += 1
+            key = digest(f"{self.task_id}\0{self.run_id}\0{self.step + 1}\0{self._effects}")
+            target = canonical_json({k: call.args.get(k) for k in spec.targets})
+            try:
+                await self.journal.record_dispatch(
+                    run_id=self.run_id,
+                    epoch=self.epoch,
+                    key=key,
+                    task_id=self.task_id,
+                    step=self.step + 1,
+                    tool=call.tool,
+                    target=target,
+                    args_hash=digest(canonical_json(call.args)),
+                )
+            except FencedError as exc:
+                await self._release(grant)
+                return Refused(call, f"fence: {exc}")
+        before = self.judge.digest
+        result = await call_tool(self.registry, self.context, call.tool, call.args)
+        for k, v in amounts.items():
+            spent[k] = spent.get(k, 0.0) + v
+        await self._release(grant)
+        if key is not None:
+            state = {
+                ToolStatus.OK: "confirmed",
+                ToolStatus.ERROR: "failed",
+                ToolStatus.UNCERTAIN: "uncertain",
+            }.get(result.status, "failed")
+            await self.journal.settle_effect(
+                key, state, {"status": result.status.value, "exit_code": result.exit_code}
+            )
+        after = before
+        if spec.effectful:
+            for name in spec.paths:
+                if isinstance(call.args.get(name), str):
+                    self.hasher.invalidate(str(call.args[name]))
+            after = await self._digest()
+        return Act(call, result, before, after)
+
+    async def _release(self, grant: int) -> None:
+        ref = self._next_ref()
+        await self.to_accountant.send(Release(ref, grant))
+
+    # -- verification -----------------------------------------------------------------
+
+    async def _verify(self) -> None:
+        """Freeze the candidate and have the verifier judge it."""
+        current = await self._digest()
+        self.judge.digest = current
+        known = self.judge.evidence.get(current, {})
+        names = [c.name for c in self.task.checks]
+        if names and all(name in known for name in names):
+            failing = [n for n in names if not known[n]]
+            await self._observe(
+                ObservationKind.VERDICT,
+                "this candidate was already judged: "
+                + (f"failing {', '.join(failing)}" if failing else "every check passed"),
+            )
+            return
+        snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
+        await anyio.to_thread.run_sync(freeze, self.task.workspace, snapshot, self.task.ignore)
+        ref = self._next_ref()
+        await self.to_verifier.send(
+            VerifyRequest(
+                ref,
+                snapshot,
+                self.task.contract_version,
+                self.task.checks,
+                self.task.ignore,
+            )
+        )
+        result: VerifyResult = await self._reply(ref, (VerifyResult,))
+        lines = []
+        last: Ruling | None = None
+        for evidence in result.evidence:
+            self.evidence.append(evidence)
+            await self.journal.add_evidence(self.run_id, self.task_id, to_jsonable(evidence))
+            verdict = Verdict(evidence.check, evidence.passed, result.digest, evidence.excerpt)
+            ruling = self.judge.verdict(verdict)
+            event = {
+                "type": "verdict",
+                "check": evidence.check,
+                "passed": evidence.passed,
+                "output": evidence.excerpt,
+            }
+            await self._record("verdict", ruling, event=event)
+            last = ruling
+            status = "passed" if evidence.passed else "FAILED"
+            detail = ""
+            if not evidence.passed:
+                tests = ", ".join(evidence.failing_tests)
+                detail = (
+                    f" (failing: {tests})" if tests else f"\n{_excerpt(evidence.excerpt, 1500)}"
+                )
+            lines.append(f"check {evidence.check} {status} on {result.digest[:12]}{detail}")
+        if self.judge.terminal:
+            return
+        if last is not None and last.decision is Decision.STOP:
+            return
+        await self._observe(ObservationKind.VERDICT, "\n".join(lines))
+
+    # -- endings ------------------------------------------------------------------------
+
+    async def _wrap_up(
+        self, otherwise: Callable[[], Ruling], event: dict[str, Any] | None = None
+    ) -> None:
+        """Verify the candidate with the controller's reserve; end otherwise if it fails."""
+        if self.task.kind == "build" and self.task.checks:
+            await self._verify()
+        if not self.judge.terminal:
+            await self._record("ended", otherwise(), event=event)
+
+    async def _exhausted(self, exhaustion: Exhaustion) -> None:
+        reason = StopReason(
+            code=f"limit:{exhaustion.limit}",
+            message=f"budget exhausted: {exhaustion.describe()}",
+            owner="operator",
+            limit=exhaustion.limit,
+            value=exhaustion.value,
+            bound=exhaustion.bound,
+            scope=exhaustion.scope,
+        )
+        await self._wrap_up(
+            lambda: self.judge.exhausted(reason), {"type": "signal", "name": "deadline"}
+        )
+
+    async def _on_deadline(self, deadline: Deadline) -> None:
+        self._deadline = None
+        if deadline.hard:
+            reason = StopReason(
+                code=f"limit:{deadline.exhaustion.limit}",
+                message=f"deadline: {deadline.exhaustion.describe()}",
+                owner="operator",
+                limit=deadline.exhaustion.limit,
+                value=deadline.exhaustion.value,
+                bound=deadline.exhaustion.bound,
+                scope=deadline.exhaustion.scope,
+            )
+            await self._record(
+                "ended", self.judge.exhausted(reason), event={"type": "signal", "name": "deadline"}
+            )
+            return
+        await self._exhausted(deadline.exhaustion)
+
+    async def _end(self) -> None:
+        """Fence the run, tell the actor, refuse whatever it still sends."""
+        assert self.judge.disposition is not None
+        self.final_digest = await self._digest()
+        spend = await self.journal.spend_totals(self.task_id)
+        self.handoff = _handoff(self, spend, self.final_digest)
+        # From here on the journal itself refuses effect dispatches for this run.
+        await self.journal.end_run(
+            self.run_id,
+            self.epoch,
+            disposition=self.judge.disposition.value,
+            stop_reason=to_jsonable(self.judge.stop_reason) if self.judge.stop_reason else None,
+            candidate_digest=self.final_digest,
+            handoff=to_jsonable(self.handoff),
+        )
+        await self._observe(
+            ObservationKind.ENDED,
+            f"the run has ended: {self.judge.disposition.value}"
+            + (f" ({self.judge.stop_reason.message})" if self.judge.stop_reason else ""),
+        )
+        with anyio.move_on_after(AFTER_END_WAIT * AFTER_END_LIMIT):
+            for _ in range(AFTER_END_LIMIT):
+                with anyio.move_on_after(AFTER_END_WAIT) as scope:
+                    message = await self._receive()
+                if scope.cancelled_caught or isinstance(message, ActorFinished | ActorCrashed):
+                    break
+                if isinstance(message, ToolCall | Round):
+                    calls = (message,) if isinstance(message, ToolCall) else message.calls
+                    for call in calls:
+                        refused = await self._dispatch(call, {})
+                        assert isinstance(refused, Refused)
+                        ruling = Ruling(Decision.REFUSE, False, refused.reason)
+                        result = ToolResult(ToolStatus.REFUSED, f"refused: {refused.reason}")
+                        await self._record(
+                            "action",
+                            ruling,
+                            action=normalized_action(call),
+                            status=ToolStatus.REFUSED,
+                            event=None,
+                        )
+                        await self._observe(ObservationKind.REFUSAL, refused.reason, [result])
+                elif isinstance(message, Message | Completion | Claim):
+                    ruling = Ruling(Decision.REFUSE, False, "the run has ended")
+                    await self._record("message", ruling, event=None)
+                    await self._observe(ObservationKind.REFUSAL, "the run has ended")
+        self.actor_scope.cancel()
+
+
+def _describe(call: ToolCall, result: ToolResult) -> str:
+    head = f"{call.tool} {canonical_json(call.args)[:200]} -> {result.status.value}"
+    if result.exit_code is not None:
+        head += f" (exit {result.exit_code})"
+    return f"{head}\n{_excerpt(result.output)}" if result.output else head
+
+
+def _action_event(call: ToolCall, result: ToolResult, round_id: str | None) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "type": "action",
+        "tool": call.tool,
+        "args": call.args,
+        "result": {
+            "status": _TRAJECTORY_STATUS.get(result.status, "error"),
+            "exit_code": result.exit_code,
+            "output": result.output,
+        },
+    }
+    if round_id is not None:
+        event["round"] = round_id
+    if call.poll:
+        event["poll"] = True
+    return event
+
+
+def _message_event(message: Message) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "kind": message.kind.value,
+        "text": message.text,
+        "sources": list(message.sources),
+        "blockers": list(message.blockers),
+    }
+
+
+def _handoff(controller: Controller, spend: dict[str, float], current: str) -> Handoff:
+    judge = controller.judge
+    assert judge.disposition is not None
+    latest: dict[str, Evidence] = {}
+    for ev in controller.evidence:
+        if ev.candidate_digest == current:
+            latest[ev.check] = ev
+    evidence = tuple(
+        f"{name}: {'passed' if ev.passed else 'failed'} on {ev.candidate_digest[:12]}"
+        f" (exit {ev.exit_code}, contract {ev.contract_version[:12]})"
+        for name, ev in sorted(latest.items())
+    )
+    findings = tuple(
+        f"{name} fails" + (f": {', '.join(ev.failing_tests)}" if ev.failing_tests else "")
+        for name, ev in sorted(latest.items())
+        if not ev.passed
+    )
+    reason = judge.stop_reason
+    disposition = judge.disposition
+    nexts = {
+        Disposition.COMPLETED: ("nothing: the candidate was accepted", "none"),
+        Disposition.PARTIAL: ("review the partial answer and decide what is missing", "user"),
+        Disposition.BLOCKED: (
+            "resolve the blocker named in the stop reason, then resume",
+            "operator",
+        ),
+        Disposition.NEEDS_INPUT: ("answer the question in the stop reason, then resume", "user"),
+        Disposition.BUDGET_EXHAUSTED: (
+            "raise the limit or narrow the task, then resume",
+            "operator",
+        ),
+        Disposition.NO_PROGRESS: ("change the approach or the task, then resume", "operator"),
+        Disposition.STOPPED: ("resume when ready", "operator"),
+        Disposition.FAILED: ("inspect the failure in the trace, then resume", "operator"),
+    }
+    next_step, owner = nexts[disposition]
+    if reason is not None and reason.owner != "none" and disposition is not Disposition.COMPLETED:
+        owner = reason.owner
+    return Handoff(
+        disposition=disposition,
+        stop_reason=reason,
+        candidate_digest=current,
+        evidence=evidence,
+        open_findings=findings,
+        spend=spend,
+        next_step=next_step,
+        owner=owner,
+    )
+
+
+async def run(
+    task: Task,
+    actor: Actor,
+    journal: str | os.PathLike[str] = "proctor.db",
+    *,
+    tools: ToolRegistry | None = None,
+    on_step: StepCallback | None = None,
+    run_id: str | None = None,
+) -> RunResult:
+    """
+    Run ``actor`` on ``task`` until the controller decides it is over.
+
+    The run is one task group of four tasks (actor, controller, verifier, budget
+    accountant) that talk only over bounded channels. Everything is journaled in
+    ``journal`` (a SQLite file, created if needed).
+
+    Args:
+        task: the task and its contract.
+        actor: what proposes the steps.
+        journal: the journal's path.
+        tools: the tools on offer (default: the built-in workspace tools).
+        on_step: called with each trace record after it is journaled.
+        run_id: the run's id (default: a new one).
+
+    Returns:
+        The run's outcome: disposition, stop reason, candidate, evidence, handoff.
+    """
+    registry = tools if tools is not None else ToolRegistry.builtin()
+    run_id = run_id or uuid.uuid4().hex
+    task_id = task.task_id or uuid.uuid4().hex
+    structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)
+    try:
+        async with open_journal(journal) as j:
+            return await _run(task, actor, j, registry, on_step, run_id, task_id)
+    finally:
+        structlog.contextvars.unbind_contextvars("run_id", "task_id")
+
+
+async def _run(
+    task: Task,
+    actor: Actor,
+    journal: Journal,
+    registry: ToolRegistry,
+    on_step: StepCallback | None,
+    run_id: str,
+    task_id: str,
+) -> RunResult:
+    await anyio.to_thread.run_sync(prepare_workspace, task)
+    await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
+    epoch = await journal.create_run(
+        run_id,
+        task_id,
+        policy=task.policy.settings(),
+        policy_version=task.policy.version,
+        host=socket.gethostname(),
+    )
+    spent = await journal.spend_totals(task_id)
+    ledger = Ledger(task.budget, dict(spent))
+
+    async def record_spend(amounts: Any, kind: str) -> None:
+        await journal.add_spend(task_id, run_id, amounts, kind)
+
+    async def group_started(pgid: int, command: str) -> None:
+        await journal.record_process(run_id, pgid, command)
+
+    async def group_ended(pgid: int, how: str) -> None:
+        await journal.end_process(run_id, pgid, how)
+
+    groups = ProcessGroups(on_start=group_started, on_end=group_ended)
+    context = ToolContext(
+        workspace=Workspace.at(task.workspace),
+        command_time_limit=task.command_time_limit,
+        groups=groups,
+    )
+    hasher = TreeHasher(task.workspace, task.ignore)
+    judge = Judge(
+        task=task.facts(),
+        policy=task.policy,
+        digest=await anyio.to_thread.run_sync(hasher.digest),
+    )
+
+    inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
+    obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
+    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
+    acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
+    actor_scope = anyio.CancelScope()
+    controller = Controller(
+        task=task,
+        run_id=run_id,
+        task_id=task_id,
+        epoch=epoch,
+        journal=journal,
+        judge=judge,
+        registry=registry,
+        context=context,
+        hasher=hasher,
+        inbox=inbox_rx,
+        to_actor=obs_tx,
+        to_verifier=ver_tx,
+        to_accountant=acc_tx,
+        actor_scope=actor_scope,
+        on_step=on_step,
+    )
+    controller.remaining = ledger.remaining()
+
+    async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
+        with actor_scope:
+            await run_actor(actor, obs_rx, proposals)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor_task, inbox_tx.clone())
+        tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
+        tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
+        inbox_tx.close()
+        try:
+            async with inbox_rx, obs_tx, ver_tx, acc_tx:
+                await controller.run()
+        finally:
+            # Ending a run ends its children: nothing is orphaned.
+            with anyio.move_on_after(10, shield=True):
+                await groups.terminate_all()
+            actor_scope.cancel()
+
+    handoff = controller.handoff
+    assert judge.disposition is not None
+    assert handoff is not None
+    current = controller.final_digest
+    log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
+    return RunResult(
+        run_id=run_id,
+        task_id=task_id,
+        disposition=judge.disposition,
+        stop_reason=judge.stop_reason,
+        candidate=Candidate(current),
+        evidence=tuple(controller.evidence),
+        handoff=handoff,
+        steps=controller.step,
+        journal=str(journal.path),
+    )

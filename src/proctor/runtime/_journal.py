@@ -1,0 +1,1311 @@
+"""
+The journal: the durable record of tasks, runs, steps, effects, evidence, spend and children.
+
+This is the embedded backend, one SQLite file in WAL mode written through
+aiosqlite. One :class:`Journal` holds one connection, hence one writer thread;
+the controller is the only writer of run state. Every public method runs its
+statements in one transaction, and two commits are made durable
+(``PRAGMA synchronous=FULL``) whatever the configured level: an effect's
+dispatch, which must be on disk before the effect leaves the process, and the
+end of a run.
+
+Writes that belong to a run are fenced by the run's epoch: a write from an owner
+whose epoch is stale, or an effect dispatch after the run ended, raises
+:class:`~proctor.FencedError` and writes nothing.
+
+All SQL lives in :class:`_Sql` and :data:`_MIGRATIONS`; another backend
+implements the same methods with its own SQL. ``sqlite3`` errors never leave
+this module: they become :class:`~proctor.JournalError` naming the journal's
+path, chained to the original.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Self
+
+import aiosqlite
+import anyio
+import attrs
+import structlog
+
+from proctor._errors import (
+    ConfigError,
+    EffectError,
+    FencedError,
+    JournalError,
+    RunNotFoundError,
+    SchemaError,
+)
+from proctor.runtime._records import Disposition
+
+__all__ = (
+    "EFFECT_STATES",
+    "SCHEMA_VERSION",
+    "SPEND_KINDS",
+    "EffectRow",
+    "Journal",
+    "ProcessRow",
+    "RunRow",
+    "open_journal",
+)
+
+log = structlog.get_logger()
+
+#: The states of an effect in the ledger, in the order an effect may pass through them.
+EFFECT_STATES: tuple[str, ...] = (
+    "planned",
+    "dispatched",
+    "confirmed",
+    "failed",
+    "uncertain",
+    "reconciled_applied",
+    "reconciled_not_applied",
+    "escalated",
+)
+
+#: The kinds of spend rows: a reservation before spend, its settlement or
+#: release after, and a direct charge with no reservation.
+SPEND_KINDS: tuple[str, ...] = ("reserve", "settle", "release", "charge")
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+_SYNCHRONOUS: tuple[str, ...] = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+#: The shortest run-id prefix :meth:`Journal.get_run` accepts.
+_MIN_PREFIX = 6
+
+#: The longest a close waits for an operation in flight to finish.
+_CLOSE_LIMIT = 30.0
+
+_RUNNING = "running"
+
+# --------------------------------------------------------------------------------------
+# SQL: the schema and every statement. Nothing outside this section spells SQL.
+# --------------------------------------------------------------------------------------
+
+#: Migration N (1-based) brings a journal from user_version N-1 to N. Each script
+#: is idempotent, so a journal migrated concurrently by two processes ends the same.
+_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS tasks (
+        task_id          TEXT PRIMARY KEY,
+        goal             TEXT NOT NULL,
+        spec             TEXT NOT NULL,
+        contract_version TEXT NOT NULL,
+        created_at       REAL NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS runs (
+        run_id           TEXT PRIMARY KEY,
+        task_id          TEXT NOT NULL REFERENCES tasks (task_id),
+        parent_run_id    TEXT REFERENCES runs (run_id),
+        epoch            INTEGER NOT NULL,
+        status           TEXT NOT NULL,
+        disposition      TEXT,
+        stop_reason      TEXT,
+        policy           TEXT NOT NULL,
+        policy_version   TEXT NOT NULL,
+        host             TEXT NOT NULL,
+        started_at       REAL NOT NULL,
+        ended_at         REAL,
+        candidate_digest TEXT,
+        handoff          TEXT,
+        UNIQUE (task_id, epoch)
+    );
+    CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_at);
+    CREATE TABLE IF NOT EXISTS steps (
+        run_id             TEXT NOT NULL REFERENCES runs (run_id),
+        step               INTEGER NOT NULL,
+        trace_id           TEXT NOT NULL,
+        kind               TEXT NOT NULL,
+        action             TEXT,
+        tool_status        TEXT,
+        result_fingerprint TEXT,
+        state_version      INTEGER NOT NULL,
+        state_delta        TEXT NOT NULL,
+        remaining          TEXT NOT NULL,
+        decision           TEXT NOT NULL,
+        progress           INTEGER NOT NULL,
+        reason             TEXT NOT NULL,
+        stop_reason        TEXT,
+        disposition        TEXT,
+        policy_version     TEXT NOT NULL,
+        at                 REAL NOT NULL,
+        event              TEXT,
+        extra              TEXT,
+        PRIMARY KEY (run_id, step)
+    );
+    CREATE TABLE IF NOT EXISTS effects (
+        key        TEXT PRIMARY KEY,
+        run_id     TEXT NOT NULL REFERENCES runs (run_id),
+        task_id    TEXT NOT NULL REFERENCES tasks (task_id),
+        step       INTEGER NOT NULL,
+        tool       TEXT NOT NULL,
+        target     TEXT NOT NULL,
+        args_hash  TEXT NOT NULL,
+        state      TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        outcome    TEXT
+    );
+    CREATE INDEX IF NOT EXISTS effects_by_task ON effects (task_id, state);
+    CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
+    CREATE TABLE IF NOT EXISTS evidence (
+        id               INTEGER PRIMARY KEY,
+        run_id           TEXT NOT NULL REFERENCES runs (run_id),
+        task_id          TEXT NOT NULL REFERENCES tasks (task_id),
+        candidate_digest TEXT NOT NULL,
+        contract_version TEXT NOT NULL,
+        check_name       TEXT NOT NULL,
+        passed           INTEGER NOT NULL,
+        record           TEXT NOT NULL,
+        at               REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS evidence_by_task ON evidence (task_id, candidate_digest);
+    CREATE INDEX IF NOT EXISTS evidence_by_run ON evidence (run_id);
+    CREATE TABLE IF NOT EXISTS spend (
+        id        INTEGER PRIMARY KEY,
+        task_id   TEXT NOT NULL REFERENCES tasks (task_id),
+        run_id    TEXT NOT NULL REFERENCES runs (run_id),
+        dimension TEXT NOT NULL,
+        amount    REAL NOT NULL,
+        kind      TEXT NOT NULL,
+        note      TEXT NOT NULL,
+        at        REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS spend_by_task ON spend (task_id, kind);
+    CREATE TABLE IF NOT EXISTS processes (
+        run_id     TEXT NOT NULL REFERENCES runs (run_id),
+        pgid       INTEGER NOT NULL,
+        command    TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at   REAL,
+        how        TEXT,
+        PRIMARY KEY (run_id, pgid, started_at)
+    );
+    CREATE TABLE IF NOT EXISTS notes (
+        id     INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs (run_id),
+        kind   TEXT NOT NULL,
+        body   TEXT NOT NULL,
+        at     REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS notes_by_run ON notes (run_id);
+    """,
+)
+
+#: The schema version this proctor writes and understands.
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_RUN_COLUMNS = """
+    r.run_id, r.task_id, r.parent_run_id, r.epoch, r.status, r.disposition,
+    r.stop_reason, r.policy, r.policy_version, r.host, r.started_at, r.ended_at,
+    r.candidate_digest, r.handoff, t.goal,
+    (SELECT count(*) FROM steps AS s WHERE s.run_id = r.run_id)
+    FROM runs AS r JOIN tasks AS t ON t.task_id = r.task_id
+"""
+
+_STEP_COLUMNS = """
+    trace_id, run_id, step, kind, action, tool_status, result_fingerprint,
+    state_version, state_delta, remaining, decision, progress, reason,
+    stop_reason, disposition, policy_version, at, event, extra
+"""
+
+_EFFECT_COLUMNS = """
+    key, run_id, task_id, step, tool, target, args_hash, state, created_at,
+    updated_at, outcome
+"""
+
+
+class _Sql:
+    """Every statement the journal runs, by name."""
+
+    setup = """
+        PRAGMA busy_timeout = 5000;
+        PRAGMA foreign_keys = ON;
+        PRAGMA journal_mode = WAL;
+    """
+    user_version = "PRAGMA user_version"
+    integrity_check = "PRAGMA integrity_check"
+    begin = "BEGIN IMMEDIATE"
+
+    @staticmethod
+    def synchronous(level: str) -> str:
+        # PRAGMA takes no bound parameters; ``level`` is one of _SYNCHRONOUS.
+        return f"PRAGMA synchronous = {level}"
+
+    @staticmethod
+    def migrate(scripts: Sequence[str], version: int) -> str:
+        # executescript() commits any open transaction first, so the script opens
+        # and commits its own: all the migrations and the new version, or nothing.
+        body = "\n".join(scripts)
+        return f"BEGIN IMMEDIATE;\n{body}\nPRAGMA user_version = {int(version)};\nCOMMIT;"
+
+    put_task = """
+        INSERT INTO tasks (task_id, goal, spec, contract_version, created_at)
+        VALUES (:task_id, :goal, :spec, :contract_version, :now)
+        ON CONFLICT (task_id) DO UPDATE
+        SET spec = excluded.spec, contract_version = excluded.contract_version
+    """
+    get_task = """
+        SELECT task_id, goal, spec, contract_version, created_at
+        FROM tasks WHERE task_id = ?
+    """
+
+    # The epoch is computed in the insert itself: no read-then-write race.
+    create_run = """
+        INSERT INTO runs (
+            run_id, task_id, parent_run_id, epoch, status, policy, policy_version,
+            host, started_at
+        )
+        SELECT :run_id, :task_id, :parent_run_id, coalesce(max(epoch), 0) + 1,
+               'running', :policy, :policy_version, :host, :now
+        FROM runs WHERE task_id = :task_id
+        RETURNING epoch
+    """
+    end_run = """
+        UPDATE runs
+        SET status = :disposition, disposition = :disposition, stop_reason = :stop_reason,
+            ended_at = :now, candidate_digest = :candidate_digest, handoff = :handoff
+        WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+    """
+    run_fence = "SELECT status, epoch FROM runs WHERE run_id = ?"
+    get_run = f"SELECT {_RUN_COLUMNS} WHERE r.run_id = ?"
+    # A range over the primary key: [prefix, successor of prefix).
+    runs_by_prefix = f"""
+        SELECT {_RUN_COLUMNS}
+        WHERE r.run_id >= :low AND r.run_id < :high
+        ORDER BY r.run_id LIMIT 2
+    """
+    runs_by_prefix_scan = f"""
+        SELECT {_RUN_COLUMNS}
+        WHERE substr(r.run_id, 1, length(:low)) = :low
+        ORDER BY r.run_id LIMIT 2
+    """
+    list_runs = f"SELECT {_RUN_COLUMNS} ORDER BY r.started_at DESC, r.rowid DESC LIMIT ?"
+    runs_of_task = f"SELECT {_RUN_COLUMNS} WHERE r.task_id = ? ORDER BY r.epoch"
+
+    # Fenced inserts: the row is written only if the run's epoch matches, in the
+    # same statement, so a refused write writes nothing and costs one round trip.
+    append_step = """
+        INSERT INTO steps (
+            run_id, step, trace_id, kind, action, tool_status, result_fingerprint,
+            state_version, state_delta, remaining, decision, progress, reason,
+            stop_reason, disposition, policy_version, at, event, extra
+        )
+        SELECT :run_id, :step, :trace_id, :kind, :action, :tool_status, :result_fingerprint,
+               :state_version, :state_delta, :remaining, :decision, :progress, :reason,
+               :stop_reason, :disposition, :policy_version, :at, :event, :extra
+        WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch)
+    """
+    steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = ? ORDER BY step"
+
+    # An upsert fenced by the run and guarded by the arguments' hash: a new key is
+    # inserted, a retry of the same call is dispatched again, anything else writes
+    # nothing and is diagnosed by ``dispatch_check``.
+    record_dispatch = """
+        INSERT INTO effects (
+            key, run_id, task_id, step, tool, target, args_hash, state,
+            created_at, updated_at, outcome
+        )
+        SELECT :key, :run_id, :task_id, :step, :tool, :target, :args_hash, 'dispatched',
+               :now, :now, NULL
+        WHERE EXISTS (
+            SELECT 1 FROM runs
+            WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+        )
+        ON CONFLICT (key) DO UPDATE
+        SET run_id = excluded.run_id, step = excluded.step, state = 'dispatched',
+            updated_at = excluded.updated_at, outcome = NULL
+        WHERE effects.args_hash = excluded.args_hash
+    """
+    dispatch_check = """
+        SELECT r.status, r.epoch, (SELECT e.args_hash FROM effects AS e WHERE e.key = :key)
+        FROM runs AS r WHERE r.run_id = :run_id
+    """
+    settle_effect = """
+        UPDATE effects SET state = :state, outcome = :outcome, updated_at = :now
+        WHERE key = :key
+    """
+    effects = f"SELECT {_EFFECT_COLUMNS} FROM effects"
+    effects_order = "ORDER BY created_at, rowid"
+    effects_filters: ClassVar[Mapping[str, str]] = {
+        "task_id": "task_id = :task_id",
+        "run_id": "run_id = :run_id",
+        "states": "state IN (SELECT value FROM json_each(:states))",
+    }
+
+    add_evidence = """
+        INSERT INTO evidence (
+            run_id, task_id, candidate_digest, contract_version, check_name, passed,
+            record, at
+        )
+        VALUES (:run_id, :task_id, :candidate_digest, :contract_version, :check_name,
+                :passed, :record, :at)
+    """
+    evidence = "SELECT record FROM evidence"
+    evidence_order = "ORDER BY id"
+    evidence_filters: ClassVar[Mapping[str, str]] = {
+        "task_id": "task_id = :task_id",
+        "run_id": "run_id = :run_id",
+    }
+
+    # One row per member of the ``amounts`` object, in one statement: one
+    # round trip and one implicit transaction, however many dimensions.
+    add_spend = """
+        INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
+        SELECT :task_id, :run_id, key, value, :kind, :note, :now FROM json_each(:amounts)
+    """
+    spend_totals = """
+        SELECT dimension, sum(amount) FROM spend
+        WHERE task_id = ? AND kind IN (SELECT value FROM json_each(?))
+        GROUP BY dimension ORDER BY dimension
+    """
+
+    record_process = """
+        INSERT INTO processes (run_id, pgid, command, started_at) VALUES (?, ?, ?, ?)
+    """
+    end_process = """
+        UPDATE processes SET ended_at = :now, how = :how
+        WHERE rowid = (
+            SELECT rowid FROM processes
+            WHERE run_id = :run_id AND pgid = :pgid AND ended_at IS NULL
+            ORDER BY started_at DESC LIMIT 1
+        )
+    """
+    processes = """
+        SELECT run_id, pgid, command, started_at, ended_at, how
+        FROM processes WHERE run_id = ? ORDER BY started_at, pgid
+    """
+
+    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES (?, ?, ?, ?)"
+    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = ? ORDER BY id"
+
+    @staticmethod
+    def filtered(
+        select: str, filters: Mapping[str, str], present: Sequence[str], order: str
+    ) -> str:
+        """Compose ``select`` with the fixed filter clauses named in ``present``."""
+        where = " AND ".join(filters[name] for name in present)
+        return f"{select} WHERE {where} {order}" if where else f"{select} {order}"
+
+
+# --------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class RunRow:
+    """
+    One run as the journal holds it.
+
+    Args:
+        run_id: the run.
+        task_id: the task it works on.
+        parent_run_id: the run it resumes, if any.
+        epoch: its ownership epoch; writes from another epoch are fenced.
+        status: ``running``, or the terminal disposition.
+        disposition: the terminal disposition, or None while running.
+        stop_reason: the unstructured stop reason, once ended.
+        policy: the policy's settings.
+        policy_version: the policy's version.
+        host: the host that runs it.
+        started_at: when it started (seconds since the epoch).
+        ended_at: when it ended, or None.
+        candidate_digest: the digest of the final candidate, if any.
+        handoff: what the run hands to whoever recovers it.
+        goal: the task's goal.
+        steps: how many steps are journaled.
+    """
+
+    run_id: str
+    task_id: str
+    parent_run_id: str | None
+    epoch: int
+    status: str
+    disposition: str | None
+    stop_reason: dict[str, Any] | None
+    policy: dict[str, Any]
+    policy_version: str
+    host: str
+    started_at: float
+    ended_at: float | None
+    candidate_digest: str | None
+    handoff: dict[str, Any] | None
+    goal: str
+    steps: int
+
+
+@attrs.frozen
+class EffectRow:
+    """
+    One effect in the ledger.
+
+    Args:
+        key: its idempotency key.
+        run_id: the run that last dispatched it.
+        task_id: its task.
+        step: the step that last dispatched it.
+        tool: the tool.
+        target: what it acts on (a path, a URL, a resource).
+        args_hash: the digest of its arguments.
+        state: one of :data:`EFFECT_STATES`.
+        created_at: when it was first recorded.
+        updated_at: when its state last changed.
+        outcome: what settled it, if anything did.
+    """
+
+    key: str
+    run_id: str
+    task_id: str
+    step: int
+    tool: str
+    target: str
+    args_hash: str
+    state: str
+    created_at: float
+    updated_at: float
+    outcome: dict[str, Any] | None
+
+
+@attrs.frozen
+class ProcessRow:
+    """
+    One child process group of a run.
+
+    Args:
+        run_id: the run.
+        pgid: its process group id.
+        command: the command it runs.
+        started_at: when it started.
+        ended_at: when it ended, or None while it may still run.
+        how: how it ended (``exited``, ``terminated``, ``killed``, ...).
+    """
+
+    run_id: str
+    pgid: int
+    command: str
+    started_at: float
+    ended_at: float | None
+    how: str | None
+
+
+# --------------------------------------------------------------------------------------
+# The journal
+# --------------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class Journal:
+    """
+    The SQLite journal. Open it with :meth:`open` or :func:`open_journal`.
+
+    One journal holds one connection and serializes its operations: each public
+    method is one transaction.
+    """
+
+    _path: str
+    _db: aiosqlite.Connection | None
+    _synchronous: Synchronous
+    _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True), init=False)
+
+    @classmethod
+    async def open(
+        cls, path: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
+    ) -> Journal:
+        """
+        Open the journal at ``path``, creating and migrating it as needed.
+
+        Args:
+            path: the SQLite file. Its directory must exist.
+            synchronous: SQLite's ``synchronous`` level for ordinary commits. Effect
+                dispatches and run ends are always committed with ``FULL``.
+
+        Raises:
+            ConfigError: ``synchronous`` is not OFF, NORMAL, FULL or EXTRA.
+            SchemaError: the journal was written by a newer proctor.
+            JournalError: the file could not be opened or is not a journal.
+        """
+        name = os.fspath(path)
+        if synchronous not in _SYNCHRONOUS:
+            raise ConfigError(
+                f"journal synchronous level must be one of {', '.join(_SYNCHRONOUS)}, "
+                f"got {synchronous!r}"
+            )
+        try:
+            db = await aiosqlite.connect(name, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {name}: could not open: {exc}") from exc
+        journal = cls(name, db, synchronous)
+        try:
+            await journal._setup(db)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await db.close()
+            raise
+        return journal
+
+    async def _setup(self, db: aiosqlite.Connection) -> None:
+        with self._errors("open"):
+            await db.executescript(_Sql.setup + _Sql.synchronous(self._synchronous))
+            rows = await db.execute_fetchall(_Sql.user_version)
+            version = int(next(iter(rows))[0])
+            if version > SCHEMA_VERSION:
+                raise SchemaError(
+                    f"journal {self._path} has schema version {version}, but this proctor "
+                    f"knows versions up to {SCHEMA_VERSION}: open it with a newer proctor"
+                )
+            if version < SCHEMA_VERSION:
+                try:
+                    await db.executescript(_Sql.migrate(_MIGRATIONS[version:], SCHEMA_VERSION))
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await db.rollback()
+                    raise
+                log.info(
+                    "journal.migrated",
+                    path=self._path,
+                    from_version=version,
+                    to_version=SCHEMA_VERSION,
+                )
+
+    @property
+    def path(self) -> str:
+        """The journal's file."""
+        return self._path
+
+    async def close(self) -> None:
+        """Close the journal, after the operation in flight if any. Closing twice is fine."""
+        db, self._db = self._db, None
+        if db is None:
+            return
+        with anyio.move_on_after(_CLOSE_LIMIT, shield=True) as scope:
+            async with self._lock:
+                await db.close()
+        if scope.cancelled_caught:
+            # The operation in flight did not finish in time: let the connection's
+            # thread close it once its queue drains, rather than leave it open.
+            db.stop()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Translate ``sqlite3`` errors into :class:`JournalError` naming the path."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self._path}: could not {what}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _use(self, what: str) -> AsyncIterator[aiosqlite.Connection]:
+        """Hold the connection for one operation, translating its errors."""
+        async with self._lock:
+            db = self._db
+            if db is None:
+                raise JournalError(f"journal {self._path} is closed: could not {what}")
+            with self._errors(what):
+                yield db
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, db: aiosqlite.Connection) -> AsyncIterator[None]:
+        """Run the body in one write transaction, rolled back if the body raises."""
+        # Every statement is queued to the connection's thread before the await
+        # that may be cancelled, so BEGIN and COMMIT sit inside the try: after a
+        # cancellation the rollback is queued behind them (and is a no-op when no
+        # transaction is open).
+        try:
+            await db.execute(_Sql.begin)
+            yield
+            await db.commit()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await db.rollback()
+            raise
+
+    @contextlib.asynccontextmanager
+    async def _durable(self, db: aiosqlite.Connection) -> AsyncIterator[None]:
+        """Commit the body's writes with ``synchronous=FULL``."""
+        if self._synchronous in ("FULL", "EXTRA"):
+            yield
+            return
+        try:
+            await db.execute(_Sql.synchronous("FULL"))
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await db.execute(_Sql.synchronous(self._synchronous))
+
+    async def _diagnose_run(
+        self, db: aiosqlite.Connection, run_id: str, what: str
+    ) -> tuple[str, int]:
+        """Return the run's status and epoch, or raise RunNotFoundError."""
+        rows = list(await db.execute_fetchall(_Sql.run_fence, (run_id,)))
+        if not rows:
+            raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
+        status, current = rows[0]
+        return str(status), int(current)
+
+    def _fenced(self, run_id: str, epoch: int, status: str, current: int, what: str) -> FencedError:
+        if current != epoch:
+            why = f"its epoch is {current}, the writer's is {epoch}"
+        else:
+            why = f"it has ended ({status})"
+        log.warning("journal.fenced", run_id=run_id, epoch=epoch, refused=what, why=why)
+        return FencedError(f"journal {self._path}: {what} of run {run_id} refused: {why}")
+
+    # -- tasks --------------------------------------------------------------------------
+
+    async def put_task(
+        self, task_id: str, goal: str, spec: dict[str, Any], contract_version: str
+    ) -> None:
+        """
+        Record a task, or update the spec and contract version of a known one.
+
+        Args:
+            task_id: the task.
+            goal: its goal (kept from the first record).
+            spec: the task's specification as plain data.
+            contract_version: the version of its acceptance contract.
+        """
+        params = {
+            "task_id": task_id,
+            "goal": goal,
+            "spec": _dump(spec),
+            "contract_version": contract_version,
+            "now": time.time(),
+        }
+        async with self._use(f"record task {task_id}") as db:
+            await db.execute(_Sql.put_task, params)
+
+    async def get_task(self, task_id: str) -> dict[str, Any]:
+        """
+        Return a task as ``{task_id, goal, spec, contract_version, created_at}``.
+
+        Raises:
+            JournalError: no such task.
+        """
+        async with self._use(f"read task {task_id}") as db:
+            rows = list(await db.execute_fetchall(_Sql.get_task, (task_id,)))
+        if not rows:
+            raise JournalError(f"journal {self._path}: no task {task_id!r}")
+        tid, goal, spec, contract_version, created_at = rows[0]
+        return {
+            "task_id": tid,
+            "goal": goal,
+            "spec": _load(spec),
+            "contract_version": contract_version,
+            "created_at": created_at,
+        }
+
+    # -- runs ---------------------------------------------------------------------------
+
+    async def create_run(
+        self,
+        run_id: str,
+        task_id: str,
+        *,
+        policy: dict[str, Any],
+        policy_version: str,
+        host: str,
+        parent_run_id: str | None = None,
+    ) -> int:
+        """
+        Record a new running run of a known task and return its epoch.
+
+        A task's first run has epoch 1; each later run of the task gets one more
+        than the highest so far.
+
+        Raises:
+            JournalError: the run id is taken, or the task or parent run is unknown.
+        """
+        params = {
+            "run_id": run_id,
+            "task_id": task_id,
+            "parent_run_id": parent_run_id,
+            "policy": _dump(policy),
+            "policy_version": policy_version,
+            "host": host,
+            "now": time.time(),
+        }
+        what = f"create run {run_id}"
+        async with self._use(what) as db:
+            try:
+                rows = list(await db.execute_fetchall(_Sql.create_run, params))
+            except sqlite3.IntegrityError as exc:
+                if _is_duplicate(exc):
+                    why = f"run {run_id!r} already exists"
+                else:
+                    why = f"task {task_id!r} or parent run {parent_run_id!r} is not in the journal"
+                raise JournalError(f"journal {self._path}: could not {what}: {why}") from exc
+        return int(rows[0][0])
+
+    async def end_run(
+        self,
+        run_id: str,
+        epoch: int,
+        *,
+        disposition: str,
+        stop_reason: dict[str, Any] | None,
+        candidate_digest: str | None,
+        handoff: dict[str, Any] | None,
+    ) -> None:
+        """
+        End a running run, durably.
+
+        Args:
+            run_id: the run.
+            epoch: the writer's epoch.
+            disposition: a terminal disposition (``completed``, ``partial``, ...).
+            stop_reason: the unstructured stop reason.
+            candidate_digest: the digest of the final candidate, if any.
+            handoff: what the run hands to whoever recovers it.
+
+        Raises:
+            ConfigError: ``disposition`` is not a terminal disposition.
+            FencedError: the run has ended or its epoch is not ``epoch``.
+            RunNotFoundError: no such run.
+        """
+        if disposition not in _DISPOSITIONS:
+            raise ConfigError(
+                f"disposition must be one of {', '.join(_DISPOSITIONS)}, got {disposition!r}"
+            )
+        params = {
+            "run_id": run_id,
+            "epoch": epoch,
+            "disposition": disposition,
+            "stop_reason": _dump_opt(stop_reason),
+            "candidate_digest": candidate_digest,
+            "handoff": _dump_opt(handoff),
+            "now": time.time(),
+        }
+        what = "end"
+        async with self._use(f"end run {run_id}") as db:
+            async with self._durable(db):
+                cursor = await db.execute(_Sql.end_run, params)
+            if cursor.rowcount != 1:
+                status, current = await self._diagnose_run(db, run_id, what)
+                raise self._fenced(run_id, epoch, status, current, what)
+
+    async def get_run(self, run_id: str) -> RunRow:
+        """
+        Return a run by its id, or by a unique prefix of at least 6 characters.
+
+        Raises:
+            RunNotFoundError: no run has that id, or the prefix is short or ambiguous.
+        """
+        async with self._use(f"read run {run_id}") as db:
+            rows = list(await db.execute_fetchall(_Sql.get_run, (run_id,)))
+            if not rows and len(run_id) >= _MIN_PREFIX:
+                rows = list(await db.execute_fetchall(*_prefix_query(run_id)))
+        if len(rows) == 1:
+            return _run_row(rows[0])
+        if rows:
+            ids = ", ".join(str(row[0]) for row in rows)
+            raise RunNotFoundError(
+                f"journal {self._path}: run id prefix {run_id!r} is ambiguous "
+                f"(matches {ids}, ...): give more characters"
+            )
+        hint = "" if len(run_id) >= _MIN_PREFIX else f" (a prefix needs {_MIN_PREFIX}+ characters)"
+        raise RunNotFoundError(f"journal {self._path}: no run {run_id!r}{hint}")
+
+    async def list_runs(self, limit: int = 50) -> list[RunRow]:
+        """Return up to ``limit`` runs, newest first."""
+        async with self._use("list runs") as db:
+            rows = await db.execute_fetchall(_Sql.list_runs, (limit,))
+        return [_run_row(row) for row in rows]
+
+    async def runs_of_task(self, task_id: str) -> list[RunRow]:
+        """Return a task's runs, oldest epoch first."""
+        async with self._use(f"list runs of task {task_id}") as db:
+            rows = await db.execute_fetchall(_Sql.runs_of_task, (task_id,))
+        return [_run_row(row) for row in rows]
+
+    # -- steps --------------------------------------------------------------------------
+
+    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> None:
+        """
+        Journal one step: an unstructured :class:`~proctor.runtime.TraceRecord`.
+
+        The run may have ended (a refusal after the end is still a step), but the
+        writer's epoch must be the run's.
+
+        Raises:
+            ConfigError: the record lacks a field or belongs to another run.
+            FencedError: the run's epoch is not ``epoch``.
+            RunNotFoundError: no such run.
+            JournalError: the step number is already journaled.
+        """
+        params = _step_params(run_id, epoch, record)
+        what = f"append step {params['step']}"
+        async with self._use(f"{what} of run {run_id}") as db:
+            try:
+                cursor = await db.execute(_Sql.append_step, params)
+            except sqlite3.IntegrityError as exc:
+                raise self._duplicate_step(run_id, what, exc) from exc
+            if cursor.rowcount != 1:
+                status, current = await self._diagnose_run(db, run_id, what)
+                raise self._fenced(run_id, epoch, status, current, what)
+
+    async def append_steps(
+        self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """
+        Journal several steps in one transaction: all of them, or none.
+
+        Raises:
+            ConfigError: a record lacks a field or belongs to another run.
+            FencedError: the run's epoch is not ``epoch``.
+            RunNotFoundError: no such run.
+            JournalError: a step number is already journaled.
+        """
+        if not records:
+            return
+        params = [_step_params(run_id, epoch, record) for record in records]
+        what = f"append steps {params[0]['step']}..{params[-1]['step']}"
+        async with self._use(f"{what} of run {run_id}") as db:
+            try:
+                async with self._transaction(db):
+                    cursor = await db.executemany(_Sql.append_step, params)
+                    if cursor.rowcount != len(params):
+                        status, current = await self._diagnose_run(db, run_id, what)
+                        raise self._fenced(run_id, epoch, status, current, what)
+            except sqlite3.IntegrityError as exc:
+                raise self._duplicate_step(run_id, what, exc) from exc
+
+    def _duplicate_step(self, run_id: str, what: str, exc: sqlite3.IntegrityError) -> JournalError:
+        if _is_duplicate(exc):
+            why = "that step number is already journaled"
+        else:
+            why = str(exc)
+        return JournalError(f"journal {self._path}: could not {what} of run {run_id}: {why}")
+
+    async def steps(self, run_id: str) -> list[dict[str, Any]]:
+        """Return a run's steps in order, shaped as they were appended."""
+        async with self._use(f"read steps of run {run_id}") as db:
+            rows = await db.execute_fetchall(_Sql.steps, (run_id,))
+        return [_step_record(row) for row in rows]
+
+    # -- effects ------------------------------------------------------------------------
+
+    async def record_dispatch(
+        self,
+        *,
+        run_id: str,
+        epoch: int,
+        key: str,
+        task_id: str,
+        step: int,
+        tool: str,
+        target: str,
+        args_hash: str,
+    ) -> None:
+        """
+        Record, durably, that an effect is about to be dispatched.
+
+        One transaction checks that the run is running under ``epoch`` and that a
+        known ``key`` was recorded with the same arguments, then marks the effect
+        ``dispatched``; the commit is on disk before this returns. A refusal writes
+        nothing.
+
+        Raises:
+            FencedError: the run has ended or its epoch is not ``epoch``.
+            RunNotFoundError: no such run.
+            EffectError: ``key`` was recorded with other arguments.
+        """
+        params = {
+            "run_id": run_id,
+            "epoch": epoch,
+            "key": key,
+            "task_id": task_id,
+            "step": step,
+            "tool": tool,
+            "target": target,
+            "args_hash": args_hash,
+            "now": time.time(),
+        }
+        what = f"dispatch of effect {key}"
+        async with self._use(f"record {what}") as db:
+            async with self._durable(db):
+                cursor = await db.execute(_Sql.record_dispatch, params)
+            if cursor.rowcount == 1:
+                return
+            rows = list(await db.execute_fetchall(_Sql.dispatch_check, params))
+        if not rows:
+            raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
+        status, current, known_hash = rows[0]
+        if status != _RUNNING or current != epoch:
+            raise self._fenced(run_id, epoch, str(status), int(current), what)
+        raise EffectError(
+            f"idempotency key {key} reused with other arguments "
+            f"(recorded {known_hash}, now {args_hash}): give the new call its own key"
+        )
+
+    async def settle_effect(self, key: str, state: str, outcome: dict[str, Any] | None) -> None:
+        """
+        Set an effect's state and outcome.
+
+        Raises:
+            ConfigError: ``state`` is not one of :data:`EFFECT_STATES`.
+            EffectError: no effect has that key.
+        """
+        if state not in EFFECT_STATES:
+            raise ConfigError(
+                f"effect state must be one of {', '.join(EFFECT_STATES)}, got {state!r}"
+            )
+        params = {"key": key, "state": state, "outcome": _dump_opt(outcome), "now": time.time()}
+        async with self._use(f"settle effect {key}") as db:
+            cursor = await db.execute(_Sql.settle_effect, params)
+        if cursor.rowcount != 1:
+            raise EffectError(f"journal {self._path}: no effect with idempotency key {key!r}")
+
+    async def effects(
+        self,
+        *,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        states: Sequence[str] | None = None,
+    ) -> list[EffectRow]:
+        """Return the effects that match every filter given, oldest first."""
+        params: dict[str, Any] = {"task_id": task_id, "run_id": run_id}
+        present = [name for name in ("task_id", "run_id") if params[name] is not None]
+        if states is not None:
+            params["states"] = json.dumps(list(states))
+            present.append("states")
+        sql = _Sql.filtered(_Sql.effects, _Sql.effects_filters, present, _Sql.effects_order)
+        async with self._use("read effects") as db:
+            rows = await db.execute_fetchall(sql, params)
+        return [
+            EffectRow(
+                key=row[0],
+                run_id=row[1],
+                task_id=row[2],
+                step=row[3],
+                tool=row[4],
+                target=row[5],
+                args_hash=row[6],
+                state=row[7],
+                created_at=row[8],
+                updated_at=row[9],
+                outcome=_load_opt(row[10]),
+            )
+            for row in rows
+        ]
+
+    # -- evidence -----------------------------------------------------------------------
+
+    async def add_evidence(self, run_id: str, task_id: str, record: Mapping[str, Any]) -> None:
+        """
+        Journal one piece of evidence: an unstructured evidence record.
+
+        Args:
+            run_id: the run that asked for it.
+            task_id: its task.
+            record: the evidence, with at least ``candidate_digest``,
+                ``contract_version``, ``check``, ``passed`` and ``at``.
+
+        Raises:
+            ConfigError: the record lacks one of those fields.
+        """
+        params = {
+            "run_id": run_id,
+            "task_id": task_id,
+            "candidate_digest": _field(record, "candidate_digest", "evidence"),
+            "contract_version": _field(record, "contract_version", "evidence"),
+            "check_name": _field(record, "check", "evidence"),
+            "passed": bool(_field(record, "passed", "evidence")),
+            "at": _field(record, "at", "evidence"),
+            "record": _dump(record),
+        }
+        async with self._use(f"add evidence to run {run_id}") as db:
+            await db.execute(_Sql.add_evidence, params)
+
+    async def evidence(
+        self, *, run_id: str | None = None, task_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Return the evidence records that match every filter given, oldest first."""
+        params = {"run_id": run_id, "task_id": task_id}
+        present = [name for name in ("task_id", "run_id") if params[name] is not None]
+        sql = _Sql.filtered(_Sql.evidence, _Sql.evidence_filters, present, _Sql.evidence_order)
+        async with self._use("read evidence") as db:
+            rows = await db.execute_fetchall(sql, params)
+        return [_load(row[0]) for row in rows]
+
+    # -- spend --------------------------------------------------------------------------
+
+    async def add_spend(
+        self,
+        task_id: str,
+        run_id: str,
+        amounts: Mapping[str, float],
+        kind: str,
+        note: str = "",
+    ) -> None:
+        """
+        Journal spend: one row per dimension, all in one transaction.
+
+        Args:
+            task_id: the task the spend is charged to.
+            run_id: the run that spent it.
+            amounts: the amount per dimension (``steps``, ``tokens_in``, ``cost_usd``, ...).
+            kind: one of :data:`SPEND_KINDS`.
+            note: why, for a person.
+
+        Raises:
+            ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`.
+        """
+        if kind not in SPEND_KINDS:
+            raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
+        if not amounts:
+            return
+        values: dict[str, float] = {}
+        for dimension, amount in amounts.items():
+            value = float(amount)
+            if not math.isfinite(value):
+                raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
+            values[dimension] = value
+        params = {
+            "task_id": task_id,
+            "run_id": run_id,
+            "amounts": _dump(values),
+            "kind": kind,
+            "note": note,
+            "now": time.time(),
+        }
+        async with self._use(f"add spend of run {run_id}") as db:
+            await db.execute(_Sql.add_spend, params)
+
+    async def spend_totals(
+        self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
+    ) -> dict[str, float]:
+        """Return a task's spend per dimension, summed over the rows of ``kinds``."""
+        async with self._use(f"read spend of task {task_id}") as db:
+            rows = await db.execute_fetchall(_Sql.spend_totals, (task_id, json.dumps(list(kinds))))
+        return {str(dimension): float(total) for dimension, total in rows}
+
+    # -- processes ----------------------------------------------------------------------
+
+    async def record_process(self, run_id: str, pgid: int, command: str) -> None:
+        """Journal a child process group the run started."""
+        async with self._use(f"record process group {pgid} of run {run_id}") as db:
+            await db.execute(_Sql.record_process, (run_id, pgid, command, time.time()))
+
+    async def end_process(self, run_id: str, pgid: int, how: str) -> None:
+        """Mark the latest open record of a process group as ended; nothing if none is open."""
+        params = {"run_id": run_id, "pgid": pgid, "how": how, "now": time.time()}
+        async with self._use(f"end process group {pgid} of run {run_id}") as db:
+            await db.execute(_Sql.end_process, params)
+
+    async def processes(self, run_id: str) -> list[ProcessRow]:
+        """Return a run's process groups in the order they started."""
+        async with self._use(f"read processes of run {run_id}") as db:
+            rows = await db.execute_fetchall(_Sql.processes, (run_id,))
+        return [ProcessRow(*row) for row in rows]
+
+    # -- notes --------------------------------------------------------------------------
+
+    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
+        """Journal a miscellaneous event of a run (an amendment, a retuning, ...)."""
+        async with self._use(f"add note to run {run_id}") as db:
+            await db.execute(_Sql.add_note, (run_id, kind, _dump(body), time.time()))
+
+    async def notes(self, run_id: str) -> list[dict[str, Any]]:
+        """Return a run's notes in order, as ``{id, run_id, kind, body, at}``."""
+        async with self._use(f"read notes of run {run_id}") as db:
+            rows = await db.execute_fetchall(_Sql.notes, (run_id,))
+        return [
+            {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
+            for nid, rid, kind, body, at in rows
+        ]
+
+    # -- maintenance --------------------------------------------------------------------
+
+    async def integrity_check(self) -> str:
+        """Run SQLite's integrity check; return ``"ok"`` when the file is sound."""
+        async with self._use("check integrity") as db:
+            rows = await db.execute_fetchall(_Sql.integrity_check)
+        return "\n".join(str(row[0]) for row in rows)
+
+
+@contextlib.asynccontextmanager
+async def open_journal(
+    path: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
+) -> AsyncIterator[Journal]:
+    """
+    Open the journal at ``path`` for the body of an ``async with`` and close it after.
+
+    Args:
+        path: the SQLite file.
+        synchronous: as for :meth:`Journal.open`.
+    """
+    journal = await Journal.open(path, synchronous=synchronous)
+    try:
+        yield journal
+    finally:
+        await journal.close()
+
+
+# --------------------------------------------------------------------------------------
+# Row and value helpers
+# --------------------------------------------------------------------------------------
+
+_DISPOSITIONS: tuple[str, ...] = tuple(d.value for d in Disposition)
+
+_STEP_FIELDS: tuple[str, ...] = (
+    "trace_id",
+    "step",
+    "kind",
+    "action",
+    "tool_status",
+    "result_fingerprint",
+    "state_version",
+    "state_delta",
+    "remaining",
+    "decision",
+    "progress",
+    "reason",
+    "stop_reason",
+    "disposition",
+    "policy_version",
+    "at",
+)
+_STEP_KNOWN = frozenset((*_STEP_FIELDS, "run_id", "event"))
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _dump_opt(value: Any) -> str | None:
+    return None if value is None else _dump(value)
+
+
+def _load(text: str) -> Any:
+    return json.loads(text)
+
+
+def _load_opt(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _field(record: Mapping[str, Any], name: str, what: str) -> Any:
+    try:
+        return record[name]
+    except KeyError:
+        raise ConfigError(f"{what} record lacks the field {name!r}") from None
+
+
+def _is_duplicate(exc: sqlite3.IntegrityError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE)
+
+
+def _step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str, Any]:
+    """Flatten a trace record into the parameters of ``_Sql.append_step``."""
+    params = {name: _field(record, name, "step") for name in _STEP_FIELDS}
+    own = record.get("run_id", run_id)
+    if own != run_id:
+        raise ConfigError(f"step {params['step']} belongs to run {own!r}, not to run {run_id!r}")
+    params["run_id"] = run_id
+    params["epoch"] = epoch
+    params["state_delta"] = _dump(params["state_delta"])
+    params["remaining"] = _dump(params["remaining"])
+    params["stop_reason"] = _dump_opt(params["stop_reason"])
+    params["progress"] = bool(params["progress"])
+    params["event"] = _dump_opt(record.get("event"))
+    # Fields this schema has no column for yet are kept, not dropped.
+    extra = {key: value for key, value in record.items() if key not in _STEP_KNOWN}
+    params["extra"] = _dump(extra) if extra else None
+    return params
+
+
+def _step_record(row: Any) -> dict[str, Any]:
+    """Rebuild a trace record from a row of ``_Sql.steps``."""
+    (
+        trace_id,
+        run_id,
+        step,
+        kind,
+        action,
+        tool_status,
+        result_fingerprint,
+        state_version,
+        state_delta,
+        remaining,
+        decision,
+        progress,
+        reason,
+        stop_reason,
+        disposition,
+        policy_version,
+        at,
+        event,
+        extra,
+    ) = row
+    record = {
+        "trace_id": trace_id,
+        "run_id": run_id,
+        "step": step,
+        "kind": kind,
+        "action": action,
+        "tool_status": tool_status,
+        "result_fingerprint": result_fingerprint,
+        "state_version": state_version,
+        "state_delta": _load(state_delta),
+        "remaining": _load(remaining),
+        "decision": decision,
+        "progress": bool(progress),
+        "reason": reason,
+        "stop_reason": _load_opt(stop_reason),
+        "disposition": disposition,
+        "policy_version": policy_version,
+        "at": at,
+        "event": _load_opt(event),
+    }
+    if extra is not None:
+        record.update(_load(extra))
+    return record
+
+
+def _run_row(row: Any) -> RunRow:
+    """Build a :class:`RunRow` from a row of ``_RUN_COLUMNS``."""
+    return RunRow(
+        run_id=row[0],
+        task_id=row[1],
+        parent_run_id=row[2],
+        epoch=row[3],
+        status=row[4],
+        disposition=row[5],
+        stop_reason=_load_opt(row[6]),
+        policy=_load(row[7]),
+        policy_version=row[8],
+        host=row[9],
+        started_at=row[10],
+        ended_at=row[11],
+        candidate_digest=row[12],
+        handoff=_load_opt(row[13]),
+        goal=row[14],
+        steps=row[15],
+    )
+
+
+def _prefix_query(prefix: str) -> tuple[str, dict[str, str]]:
+    """Return the statement and parameters that find the runs whose id starts with ``prefix``."""
+    last = ord(prefix[-1])
+    # The successor of the prefix bounds an index range; where it cannot be
+    # spelled (the last code point, or a surrogate next), scan instead.
+    if last < 0x10FFFF and not 0xD800 <= last + 1 <= 0xDFFF:
+        return _Sql.runs_by_prefix, {"low": prefix, "high": prefix[:-1] + chr(last + 1)}
+    return _Sql.runs_by_prefix_scan, {"low": prefix}

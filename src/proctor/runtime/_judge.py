@@ -1,0 +1,760 @@
+"""
+The controller's decision core: a synchronous state machine that turns what
+happened at one step into a decision.
+
+Live runs and ``proctor replay`` feed it the same facts, so a recorded
+trajectory replays to the decisions a live controller would have made. It does
+no I/O: the caller tells it the candidate digest before and after every action
+(the live controller from the real workspace, the replay from its model of the
+writes it has seen).
+
+Every signal is kept incrementally, at a constant cost per step whatever the
+history length.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from proctor.runtime._normalize import (
+    canonical_json,
+    failure_signature,
+    fingerprint,
+    normalize_command,
+    normalize_path,
+    response_fingerprint,
+)
+from proctor.runtime._policy import Policy
+from proctor.runtime._records import (
+    Claim,
+    Decision,
+    Disposition,
+    Message,
+    MessageKind,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    ToolStatus,
+)
+from proctor.runtime._toolspec import ToolSpec, spec_for
+from proctor.runtime._workset import WorkSet
+from proctor.verifiers._candidate import matches
+
+__all__ = (
+    "Act",
+    "Judge",
+    "Refused",
+    "Ruling",
+    "TaskFacts",
+    "Verdict",
+    "action_key",
+    "is_infrastructure_error",
+    "normalized_action",
+)
+
+SignalName = Literal["stop_signal", "user_stop", "deadline"]
+
+_INFRA = re.compile(
+    r"\b429\b|rate[ -]?limit|too many requests|\b5\d\d\b\s*(?:[A-Za-z]|$)|"
+    r"\bHTTP(?:/\d(?:\.\d)?)?\s*5\d\d\b|status(?: code)?[ :=]*5\d\d\b|"
+    r"service unavailable|bad gateway|gateway time-?out|internal server error|"
+    r"name or service not known|temporary failure in name resolution|"
+    r"could not resolve host|nodename nor servname|getaddrinfo|\bENOTFOUND\b|\bEAI_AGAIN\b|"
+    r"dns (?:lookup|resolution) fail|network is unreachable|no route to host|"
+    r"\bENETUNREACH\b|\bEHOSTUNREACH\b",
+    re.IGNORECASE,
+)
+
+
+def is_infrastructure_error(result: ToolResult) -> bool:
+    """
+    Tell an infrastructure error from the agent's own failure.
+
+    A result that is not ``ok`` and reports a rate limit (HTTP 429, "rate limit",
+    "too many requests"), an HTTP 5xx status, or an unreachable host (DNS failure,
+    "network is unreachable", "no route to host"). "Connection refused" is the
+    agent's own failure: something it chose to call is not there.
+    """
+    return result.status is not ToolStatus.OK and bool(_INFRA.search(result.output))
+
+
+@attrs.frozen
+class TaskFacts:
+    """
+    What the decision core needs to know of the task.
+
+    Args:
+        kind: ``build`` (judged by checks) or ``answer`` (judged by its grounding).
+        checks: names of the checks that must all pass on one candidate; empty means
+            every check with a verdict on that candidate, at least one.
+        protected: glob patterns of paths the actor may not write.
+        required_files: glob patterns of files the result must contain.
+        tools: tool declarations that override the built-in ones.
+    """
+
+    kind: Literal["build", "answer"] = "build"
+    checks: tuple[str, ...] = ()
+    protected: tuple[str, ...] = ()
+    required_files: tuple[str, ...] = ()
+    tools: Mapping[str, ToolSpec] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Act:
+    """
+    One action the controller let run, with its outcome.
+
+    Args:
+        call: the tool call.
+        result: what the tool returned.
+        before: the candidate digest before the call.
+        after: the candidate digest after it.
+    """
+
+    call: ToolCall
+    result: ToolResult
+    before: str
+    after: str
+
+
+@attrs.frozen
+class Refused:
+    """An action the controller refused; it never ran."""
+
+    call: ToolCall
+    reason: str
+
+
+@attrs.frozen
+class Verdict:
+    """The external verifier's result for one check on the candidate with ``digest``."""
+
+    check: str
+    passed: bool
+    digest: str
+    output: str = ""
+
+
+@attrs.frozen
+class Ruling:
+    """
+    The decision for one step.
+
+    Args:
+        decision: continue, nudge, refuse or stop.
+        progress: whether the step made progress.
+        reason: why, for a person (and, for a nudge, for the agent).
+        disposition: set when the step ends the run.
+        stop_reason: set when the step ends the run.
+        delta: what changed in the run state, for the trace.
+        result_fingerprint: the normalized result's fingerprint, for actions.
+    """
+
+    decision: Decision
+    progress: bool
+    reason: str = ""
+    disposition: Disposition | None = None
+    stop_reason: StopReason | None = None
+    delta: dict[str, Any] = attrs.field(factory=dict)
+    result_fingerprint: str | None = None
+
+
+def _normalized_args(spec: ToolSpec, args: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if spec.identity is not None and key not in spec.identity:
+            continue
+        if key in spec.paths and isinstance(value, str):
+            value = normalize_path(value)
+        elif spec.name == "run_command" and key == "cmd" and isinstance(value, str | list):
+            value = normalize_command(value)
+        out[key] = value
+    return out
+
+
+def normalized_action(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> str:
+    """Return the canonical JSON of a call: its tool and identifying, normalized arguments."""
+    spec = spec_for(call.tool, dict(tools) if tools else None)
+    return canonical_json({"tool": call.tool, "args": _normalized_args(spec, call.args)})
+
+
+def action_key(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> str:
+    """Return the identity of a call for repetition checks (its normalized action)."""
+    return normalized_action(call, tools)
+
+
+@attrs.define(eq=False)
+class _Window:
+    """The state a new user instruction starts afresh."""
+
+    work: WorkSet = attrs.field(factory=WorkSet)
+    seen: set[str] = attrs.field(factory=set)
+    stall: int = 0
+    same_response: int = 0
+    last_response: str | None = None
+    polls: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    failures: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    tool_streaks: dict[str, int] = attrs.field(factory=dict)
+    last_idle_action: str | None = None
+    shapes: deque[tuple[str, str]] = attrs.field(factory=lambda: deque(maxlen=10))
+
+
+@attrs.define(eq=False)
+class Judge:
+    """
+    The decision core. Feed it each step's facts; it returns a :class:`Ruling`.
+
+    Args:
+        task: what it needs to know of the task.
+        policy: thresholds and switches.
+        digest: the candidate digest when the run (or replay) starts.
+        missing_files: reports which required files are still missing, for rescues.
+    """
+
+    task: TaskFacts
+    policy: Policy
+    digest: str
+    missing_files: Callable[[], tuple[str, ...]] = lambda: ()
+    disposition: Disposition | None = attrs.field(default=None, init=False)
+    stop_reason: StopReason | None = attrs.field(default=None, init=False)
+    state_version: int = attrs.field(default=0, init=False)
+    evidence: dict[str, dict[str, bool]] = attrs.field(factory=dict, init=False)
+    fetched: set[str] = attrs.field(factory=set, init=False)
+    rescues: int = attrs.field(default=0, init=False)
+    _rescue_text: str = attrs.field(default="", init=False)
+    _window: _Window = attrs.field(factory=_Window, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._window.seen.add(self.digest)
+
+    # -- queries ------------------------------------------------------------
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the run has ended."""
+        return self.disposition is not None
+
+    @property
+    def stall(self) -> int:
+        """Consecutive iterations without progress in the current window."""
+        return self._window.stall
+
+    @property
+    def work_fingerprint(self) -> str:
+        """The fingerprint of the distinct work done in the current window."""
+        return self._window.work.fingerprint
+
+    def spec(self, tool: str) -> ToolSpec:
+        """Return the declaration of ``tool``."""
+        return spec_for(tool, dict(self.task.tools) if self.task.tools else None)
+
+    def protected_path(self, call: ToolCall) -> str | None:
+        """Return the protected path an effectful call would write, if any."""
+        spec = self.spec(call.tool)
+        if not spec.effectful or not self.task.protected:
+            return None
+        for key in spec.paths:
+            value = call.args.get(key)
+            if isinstance(value, str) and matches(normalize_path(value), self.task.protected):
+                return normalize_path(value)
+        return None
+
+    def passing(self, digest: str) -> bool:
+        """Whether every required check passes for the candidate with ``digest``."""
+        verdicts = self.evidence.get(digest, {})
+        required = self.task.checks or tuple(verdicts)
+        return bool(required) and all(verdicts.get(name) is True for name in required)
+
+    # -- admission ----------------------------------------------------------
+
+    def admit(self, call: ToolCall) -> str | None:
+        """
+        Decide whether a call may run. Returns the reason for refusing it, or None.
+
+        The completion fence comes first: after the run ended, every effectful
+        call is refused. Reads after the end are refused too: nothing the actor
+        learns can change a terminal disposition.
+        """
+        if self.disposition is not None:
+            return f"fence: the run has ended ({self.disposition.value}); no call may run"
+        path = self.protected_path(call)
+        if path is not None:
+            return f"protected: {path} is protected by the task's contract; it may not be changed"
+        threshold = self.policy.stall_threshold
+        w = self._window
+        if (
+            self.policy.refuse_repeats
+            and threshold >= 2
+            and w.stall >= threshold - 1
+            and w.last_idle_action is not None
+            and w.last_idle_action == action_key(call, self.task.tools)
+            and not (call.poll and self._poll_allowed(call))
+        ):
+            return (
+                f"repeat: this exact call made no progress last time and {w.stall} steps in a "
+                "row made none; try something that can produce new evidence"
+            )
+        return None
+
+    def _poll_allowed(self, call: ToolCall) -> bool:
+        entry = self._window.polls.get(action_key(call, self.task.tools))
+        return entry is None or entry[1] < self.policy.poll_limit
+
+    # -- steps --------------------------------------------------------------
+
+    def round(self, items: Sequence[Act | Refused]) -> list[Ruling]:
+        """
+        Decide one iteration: one action, or the actions of one parallel round.
+
+        The round makes progress when any of its actions does; it is counted
+        once. A stop lands on the round's last item.
+        """
+        if self.disposition is not None:
+            return [self._after_end(item.call) for item in items]
+        w = self._window
+        results: list[tuple[bool | None, str, dict[str, Any], str | None, str]] = []
+        failures_hit: set[tuple[str, str]] = set()
+        for item in items:
+            if isinstance(item, Refused):
+                results.append((False, item.reason, {}, None, "refuse"))
+                continue
+            results.append((*self._act(item, failures_hit), "act"))
+        values = [r[0] for r in results]
+        progress: bool | None
+        if any(v is True for v in values):
+            progress = True
+        elif any(v is False for v in values):
+            progress = False
+        else:
+            progress = None
+        self._count(progress)
+        if progress:
+            w.last_idle_action = None
+            w.same_response = 0
+            w.last_response = None
+        elif progress is False:
+            last = [it for it in items if isinstance(it, Act)]
+            w.last_idle_action = action_key(last[-1].call, self.task.tools) if last else None
+
+        stop = self._no_progress_stop(failures_hit)
+        nudge = None if stop else self._nudge()
+        rulings = []
+        for index, (p, note, delta, fp, what) in enumerate(results):
+            last_item = index == len(results) - 1
+            decision = Decision.REFUSE if what == "refuse" else Decision.CONTINUE
+            reason = note
+            disposition = stop_reason = None
+            if last_item and stop is not None:
+                disposition, stop_reason = self._end(*stop)
+                decision, reason = Decision.STOP, stop_reason.message
+            elif last_item and nudge is not None and decision is Decision.CONTINUE:
+                decision, reason = Decision.NUDGE, nudge
+            rulings.append(Ruling(decision, bool(p), reason, disposition, stop_reason, delta, fp))
+        return rulings
+
+    def _act(
+        self, act: Act, failures_hit: set[tuple[str, str]]
+    ) -> tuple[bool | None, str, dict[str, Any], str | None]:
+        w = self._window
+        call, result = act.call, act.result
+        spec = self.spec(call.tool)
+        key = action_key(call, self.task.tools)
+        fp = fingerprint(result.output)
+        delta: dict[str, Any] = {}
+        if act.after != act.before:
+            self.digest = act.after
+            self.state_version += 1
+            delta["candidate"] = act.after
+            new_state = act.after not in w.seen
+            w.seen.add(act.after)
+            w.work.add("state", act.after)
+            self._shape(key, act.after)
+            if not new_state:
+                return False, "the candidate returned to an earlier state (a cycle)", delta, fp
+            return True, "new candidate", delta, fp
+
+        if is_infrastructure_error(result):
+            return (
+                None,
+                "infrastructure error: not the agent's loop (budget still spent)",
+                delta,
+                fp,
+            )
+
+        if result.status is ToolStatus.OK:
+            if spec.source is not None and isinstance(call.args.get(spec.source), str):
+                source = str(call.args[spec.source])
+                if spec.source == "url":
+                    self.fetched.add(source)
+                    item: tuple[str, ...] = ("source", source)
+                else:
+                    item = ("source", f"{spec.source}:{' '.join(source.split())}")
+            elif spec.paths and spec.changes_candidate:
+                # A write that left every file as it was.
+                self._shape(key, fp)
+                return False, "the write changed nothing", delta, fp
+            else:
+                item = ("tool", key, fp, str(result.exit_code))
+            if call.poll:
+                return self._poll(key, fp, item, delta)
+            new = w.work.add(*item)
+            self._shape(key, fp)
+            if new:
+                self.state_version += 1
+                delta["work"] = len(w.work)
+                return True, "new work", delta, fp
+            return False, "repeated work: nothing new", delta, fp
+
+        if result.status is ToolStatus.UNCERTAIN:
+            new = w.work.add("uncertain", key)
+            self._shape(key, "uncertain")
+            return new, "the outcome is uncertain (its effect is unknown)", delta, fp
+
+        signature = failure_signature(result.output, result.exit_code)
+        # The same dead end reached by another spelling of a command is one failure.
+        fkey = signature if call.tool == "run_command" else f"{call.tool}:{signature}"
+        self._shape(key, fkey)
+        new = w.work.add("failure", fkey)
+        self._failure(fkey, failures_hit)
+        if new:
+            self.state_version += 1
+            delta["failure"] = fkey
+            return True, "a new failure", delta, fp
+        return False, "the same failure again", delta, fp
+
+    def _poll(
+        self, key: str, fp: str, item: tuple[str, ...], delta: dict[str, Any]
+    ) -> tuple[bool | None, str, dict[str, Any], str | None]:
+        w = self._window
+        last = w.polls.get(key)
+        if last is not None and last[0] == fp:
+            streak = last[1] + 1
+            w.polls[key] = (fp, streak)
+            if streak <= self.policy.poll_limit:
+                return None, f"poll: unchanged outcome ({streak} in a row), waiting", delta, fp
+            return False, f"poll: unchanged {streak} times in a row, over its limit", delta, fp
+        w.polls[key] = (fp, 1)
+        w.work.add("poll", *item[1:])
+        self.state_version += 1
+        delta["poll"] = key
+        return True, "poll: the outcome changed", delta, fp
+
+    def _failure(self, signature: str, hit: set[tuple[str, str]]) -> None:
+        entry = (self.digest, signature)
+        if entry in hit:  # parallel calls in one round count once
+            return
+        hit.add(entry)
+        self._window.failures[entry] = self._window.failures.get(entry, 0) + 1
+
+    def _shape(self, key: str, outcome: str) -> None:
+        self._window.shapes.append((key, outcome))
+
+    def _count(self, progress: bool | None) -> None:
+        if progress is True:
+            self._window.stall = 0
+        elif progress is False:
+            self._window.stall += 1
+
+    def _cycle(self) -> int | None:
+        shapes = list(self._window.shapes)
+        for period in range(1, 6):
+            if len(shapes) >= 2 * period and shapes[-period:] == shapes[-2 * period : -period]:
+                return period
+        return None
+
+    def _no_progress_stop(self, failures_hit: set[tuple[str, str]]) -> tuple[Any, ...] | None:
+        w = self._window
+        threshold = self.policy.stall_threshold
+        if threshold == 0:
+            return None
+        for entry in failures_hit:
+            count = w.failures.get(entry, 0)
+            if count >= threshold:
+                return self._maybe_rescue(
+                    "repeated_failure",
+                    f"the same failure occurred {count} times on one candidate, however the "
+                    "command was spelled",
+                    evidence=(f"candidate:{entry[0]}", f"failure:{entry[1]}"),
+                )
+        if w.stall >= threshold:
+            cycle = self._cycle()
+            shape = f" (a cycle of period {cycle})" if cycle else ""
+            return self._maybe_rescue(
+                "stall", f"{w.stall} iterations in a row made no progress{shape}"
+            )
+        return None
+
+    def _maybe_rescue(
+        self, code: str, message: str, evidence: tuple[str, ...] = ()
+    ) -> tuple[Any, ...] | None:
+        missing = self.missing_files() if self.rescues < self.policy.rescue_limit else ()
+        if missing:
+            self.rescues += 1
+            self._window.stall = 0
+            self._window.failures.clear()
+            self._rescue_text = (
+                f"rescue {self.rescues}/{self.policy.rescue_limit}: {message}. Required files "
+                f"are still missing: {', '.join(missing)}. Write them now."
+            )
+            return None
+        return ("no_progress", Disposition.NO_PROGRESS, code, message, "actor", evidence)
+
+    def _nudge(self) -> str | None:
+        if self._rescue_text:
+            text, self._rescue_text = self._rescue_text, ""
+            return text
+        w = self._window
+        threshold = self.policy.stall_threshold
+        if threshold >= 3 and w.stall == threshold - 2:
+            cycle = self._cycle()
+            pattern = f"a cycle of period {cycle}" if cycle else "repeated work"
+            return (
+                f"{w.stall} steps without progress ({pattern}). The next step should seek new "
+                "evidence: a different file, a different hypothesis, or a check not yet run."
+            )
+        return None
+
+    def _end(self, *stop: Any) -> tuple[Disposition, StopReason]:
+        _, disposition, code, message, owner, evidence = stop
+        self.disposition = disposition
+        self.stop_reason = StopReason(code=code, message=message, owner=owner, evidence=evidence)
+        self.state_version += 1
+        return disposition, self.stop_reason
+
+    def _finish(
+        self, disposition: Disposition, code: str, message: str, owner: str, **extra: Any
+    ) -> Ruling:
+        self.disposition = disposition
+        self.stop_reason = StopReason(code=code, message=message, owner=owner, **extra)
+        self.state_version += 1
+        return Ruling(Decision.STOP, False, message, disposition, self.stop_reason)
+
+    def _after_end(self, call: ToolCall) -> Ruling:
+        assert self.disposition is not None
+        return Ruling(
+            Decision.REFUSE,
+            False,
+            f"fence: the run has ended ({self.disposition.value}); {call.tool} refused",
+        )
+
+    def _idle_step(self, reason: str) -> Ruling:
+        """An agent turn with no action and no progress (monologue)."""
+        self._count(False)
+        stop = self._no_progress_stop(set())
+        if stop is not None:
+            disposition, stop_reason = self._end(*stop)
+            return Ruling(Decision.STOP, False, stop_reason.message, disposition, stop_reason)
+        nudge = self._nudge()
+        if nudge is not None:
+            return Ruling(Decision.NUDGE, False, nudge)
+        return Ruling(Decision.CONTINUE, False, reason)
+
+    def message(self, message: Message) -> Ruling:
+        """Decide a typed message. Only ledger facts count, never the wording."""
+        if self.disposition is not None:
+            return Ruling(Decision.REFUSE, False, "the run has ended; the message changes nothing")
+        w = self._window
+        threshold = self.policy.identical_response_threshold
+        fp = response_fingerprint(message.text)
+        if fp == w.last_response:
+            w.same_response += 1
+        else:
+            w.last_response, w.same_response = fp, 1
+        kind = message.kind
+        if kind is MessageKind.PARTIAL_ANSWER:
+            if self.fetched:
+                return self._finish(
+                    Disposition.PARTIAL,
+                    "partial_answer",
+                    "a partial answer with eligible evidence",
+                    "user",
+                    evidence=tuple(sorted(self.fetched))[:20],
+                )
+            return self._finish(
+                Disposition.BLOCKED,
+                "partial_answer_without_evidence",
+                "a partial answer with no eligible evidence (no successful fetch)",
+                "user",
+            )
+        if kind is MessageKind.FAILURE_REPORT and message.blockers:
+            return self._finish(
+                Disposition.BLOCKED,
+                "failure_report",
+                "failure report: " + "; ".join(message.blockers),
+                "operator",
+                evidence=message.blockers,
+            )
+        if kind is MessageKind.FINAL_ANSWER and self.task.kind == "answer":
+            grounded = [s for s in message.sources if s in self.fetched]
+            if grounded:
+                return self._finish(
+                    Disposition.COMPLETED,
+                    "grounded_answer",
+                    f"a final answer grounded in {len(grounded)} fetched source(s)",
+                    "none",
+                    evidence=tuple(grounded),
+                )
+        if threshold and w.same_response >= threshold:
+            self._count(False)
+            disposition, stop_reason = self._end(
+                "no_progress",
+                Disposition.NO_PROGRESS,
+                "identical_responses",
+                f"{w.same_response} identical responses in a row",
+                "actor",
+                (),
+            )
+            return Ruling(Decision.STOP, False, stop_reason.message, disposition, stop_reason)
+        if kind is MessageKind.FINAL_ANSWER:
+            why = (
+                "a final answer in a build task is a checkpoint: only verdicts complete a build"
+                if self.task.kind == "build"
+                else "an ungrounded final answer stays a checkpoint: cite a source fetched "
+                "successfully"
+            )
+        else:
+            why = f"a {kind.value} never ends a run"
+        ruling = self._idle_step(why)
+        if (
+            ruling.decision is Decision.CONTINUE
+            and threshold
+            and w.same_response == threshold - 1
+            and w.same_response >= 2
+        ):
+            return attrs.evolve(
+                ruling,
+                decision=Decision.NUDGE,
+                reason=f"{w.same_response} identical responses in a row; do something new",
+            )
+        return ruling
+
+    def claim(self, claim: Claim) -> Ruling:
+        """Decide an escalation claim: it must name its condition, evidence and reason."""
+        if self.disposition is not None:
+            return Ruling(Decision.REFUSE, False, "the run has ended; the claim changes nothing")
+        missing = [
+            name
+            for name, value in (
+                ("condition", claim.condition.strip()),
+                ("evidence", [e for e in claim.evidence if e.strip()]),
+                ("reason", claim.reason.strip()),
+            )
+            if not value
+        ]
+        if missing:
+            self._count(False)
+            stop = self._no_progress_stop(set())
+            if stop is not None:
+                disposition, stop_reason = self._end(*stop)
+                return Ruling(Decision.STOP, False, stop_reason.message, disposition, stop_reason)
+            return Ruling(
+                Decision.REFUSE,
+                False,
+                f"claim refused: it must name {', '.join(missing)} "
+                "(the unmet condition, the evidence already obtained, and why no permitted "
+                "action can resolve it)",
+            )
+        disposition = Disposition.BLOCKED if claim.status == "blocked" else Disposition.NEEDS_INPUT
+        return self._finish(
+            disposition,
+            f"{claim.status}_claim",
+            f"{claim.status.replace('_', ' ')}: {claim.condition.strip()}",
+            "user" if claim.status == "needs_input" else "operator",
+            evidence=tuple(claim.evidence),
+        )
+
+    def verdict(self, verdict: Verdict) -> Ruling:
+        """Record the verifier's result; a build completes when every required check passes."""
+        if self.disposition is not None:
+            return Ruling(Decision.CONTINUE, False, "evidence after the end is kept, not decided")
+        w = self._window
+        self.evidence.setdefault(verdict.digest, {})[verdict.check] = verdict.passed
+        self.state_version += 1
+        delta: dict[str, Any] = {
+            "evidence": f"{verdict.check}:{'pass' if verdict.passed else 'fail'}"
+        }
+        stale = verdict.digest != self.digest
+        if verdict.passed:
+            new = w.work.add("pass", verdict.digest, verdict.check)
+        else:
+            signature = failure_signature(verdict.output, None)
+            fkey = f"check:{verdict.check}:{signature}"
+            new = w.work.add("failure", verdict.digest, fkey)
+            hit: set[tuple[str, str]] = set()
+            entry = (verdict.digest, fkey)
+            hit.add(entry)
+            w.failures[entry] = w.failures.get(entry, 0) + 1
+            if not stale and self.policy.stall_threshold:
+                stop = self._no_progress_stop(hit)
+                if stop is not None:
+                    disposition, stop_reason = self._end(*stop)
+                    return Ruling(
+                        Decision.STOP, False, stop_reason.message, disposition, stop_reason, delta
+                    )
+        if new:
+            w.stall = 0
+        if stale:
+            return Ruling(
+                Decision.CONTINUE,
+                new,
+                f"stale evidence: {verdict.check} judged another candidate than the current one",
+                delta=delta,
+            )
+        if self.task.kind == "build" and self.passing(self.digest):
+            names = sorted(self.evidence[self.digest])
+            ruling = self._finish(
+                Disposition.COMPLETED,
+                "checks_passed",
+                f"every required check passed on candidate {self.digest[:12]}",
+                "none",
+                evidence=tuple(f"{name}@{self.digest}" for name in names),
+            )
+            return attrs.evolve(ruling, progress=True, delta=delta)
+        return Ruling(
+            Decision.CONTINUE,
+            new,
+            f"{verdict.check} {'passed' if verdict.passed else 'failed'}",
+            delta=delta,
+        )
+
+    def signal(self, name: SignalName) -> Ruling:
+        """Decide an outside signal: a stop signal, a user's stop, or a deadline."""
+        if self.disposition is not None:
+            return Ruling(Decision.CONTINUE, False, "the run has already ended")
+        if name == "deadline":
+            return self._finish(
+                Disposition.BUDGET_EXHAUSTED, "deadline", "the deadline was reached", "operator"
+            )
+        who = "a stop signal" if name == "stop_signal" else "the user stopped the run"
+        return self._finish(
+            Disposition.STOPPED, name, who, "operator" if name == "stop_signal" else "user"
+        )
+
+    def exhausted(self, reason: StopReason) -> Ruling:
+        """End the run because a budget limit ran out (the caller names which)."""
+        if self.disposition is not None:
+            return Ruling(Decision.CONTINUE, False, "the run has already ended")
+        self.disposition = Disposition.BUDGET_EXHAUSTED
+        self.stop_reason = reason
+        self.state_version += 1
+        return Ruling(Decision.STOP, False, reason.message, self.disposition, reason)
+
+    def fail(self, code: str, message: str) -> Ruling:
+        """End the run as ``failed`` (the actor crashed, the runtime broke)."""
+        if self.disposition is not None:
+            return Ruling(Decision.CONTINUE, False, "the run has already ended")
+        return self._finish(Disposition.FAILED, code, message, "operator")
+
+    def user(self, text: str) -> Ruling:
+        """A new instruction from a person starts a fresh window."""
+        if self.disposition is not None:
+            return Ruling(Decision.CONTINUE, False, "the run has already ended")
+        self._window = _Window()
+        self._window.seen.add(self.digest)
+        self.state_version += 1
+        return Ruling(Decision.CONTINUE, False, "a new instruction: a fresh progress window")

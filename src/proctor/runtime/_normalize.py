@@ -1,0 +1,486 @@
+"""
+Normalization and fingerprints for the no-progress policy.
+
+The controller must tell new work from repeated work, even when an agent spells
+the same command differently or a tool's output carries volatile noise
+(timestamps, ids, pids, durations, temporary paths, ephemeral ports). Everything
+here is a pure function of its input: the same input gives the same string on
+every host and in every process, so fingerprints can be journaled and compared
+when a recorded trajectory is replayed.
+
+Placeholders written by :func:`strip_volatile`: ``<time>``, ``<uuid>``, ``<hex>``,
+``<addr>``, ``<pid>``, ``<dur>``, ``<tmp>``, ``<port>``. Meaningful numbers stay:
+line and column numbers, counts, exit codes, versions, memory sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import posixpath
+import re
+import shlex
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = (
+    "canonical_json",
+    "collapse_whitespace",
+    "digest",
+    "failure_signature",
+    "fingerprint",
+    "normalize_command",
+    "normalize_output",
+    "normalize_path",
+    "response_fingerprint",
+    "strip_volatile",
+)
+
+
+# ---------------------------------------------------------------------------
+# Canonical JSON and digests
+
+
+def _canonical(value: Any) -> Any:
+    # bool is an int subclass: test it first so True stays true, not 1.
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"canonical JSON cannot hold {value!r}: use a finite number")
+        if value.is_integer():
+            # 1.0 and 1 are one number; int() also folds -0.0 into 0.
+            return int(value)
+        return value
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(
+                    f"canonical JSON needs string keys, got {type(key).__name__} key {key!r}"
+                )
+            nkey = unicodedata.normalize("NFC", key)
+            if nkey in out:
+                raise ValueError(f"keys collide after Unicode NFC normalization: {key!r}")
+            out[nkey] = _canonical(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    raise TypeError(
+        f"canonical JSON cannot hold a {type(value).__name__}: use None, bool, int, "
+        "float, str, list, tuple or dict"
+    )
+
+
+def canonical_json(value: Any) -> str:
+    """
+    Serialize plain data to one canonical JSON text.
+
+    Keys are sorted, separators compact, non-ASCII kept as is. Numbers have one
+    form: a float with an integral value is written as an integer (``1.0`` as
+    ``1``, ``-0.0`` as ``0``). Strings (keys included) are NFC-normalized, so
+    two spellings of one Unicode text give one JSON. Tuples are written as lists.
+
+    Args:
+        value: None, bool, int, float, str, list, tuple or dict with str keys,
+            nested freely.
+
+    Raises:
+        ValueError: a float is NaN or infinite, a dict key is not a string, or
+            two keys of one dict are equal after NFC normalization.
+        TypeError: a value has another type.
+    """
+    return json.dumps(
+        _canonical(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def digest(data: str | bytes) -> str:
+    """
+    Hash data to 32 hex characters (BLAKE2b, 16-byte digest).
+
+    Args:
+        data: bytes, or a string (hashed as UTF-8).
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def collapse_whitespace(text: str) -> str:
+    """
+    Turn every run of whitespace (newlines included) into one space and strip the ends.
+
+    Args:
+        text: any text.
+    """
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------
+# Volatile fields
+#
+# Each pattern sees the text left by the ones before it. Boundaries look at one
+# adjacent character only, and a placeholder counts as the word it replaced
+# (``_NOT_AFTER`` / ``_NOT_BEFORE``), so a replacement never opens a new match:
+# that is what makes strip_volatile idempotent.
+
+_NOT_AFTER = r"(?<!\w)(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
+_NOT_BEFORE = r"(?!\w)(?!<[a-z]{3,4}>)"
+
+# Characters that continue a path component (besides word characters).
+_PATH_NOT_AFTER = r"(?<![\w.~/\\-])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
+_PATH_NOT_BEFORE = r"(?![\w.~-])(?!<[a-z]{3,4}>)"
+
+_TMP_ROOT_RE = re.compile(
+    _PATH_NOT_AFTER
+    + r"(?:"
+    # macOS per-user temp dirs: /var/folders/xx/<random>/T
+    r"(?:/private)?/var/folders/[\w.-]+/[\w.-]+(?:/[TC](?![\w.~-]))?"
+    r"|(?:/private)?(?:/var)?/tmp"
+    r"|(?i:[a-z]:[\\/]+(?:users[\\/]+[^\\/\s\"']+[\\/]+appdata[\\/]+local[\\/]+temp"
+    r"|windows[\\/]+temp))"
+    r")"
+    + _PATH_NOT_BEFORE
+)
+_TMP_PART_RE = re.compile(
+    r"(?<![\w.~-])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)(?:"
+    r"pytest-of-[\w.-]+[\\/]+pytest-(?:\d+|current)"
+    # tempfile's random names: "tmp" and eight characters of [a-z0-9_], or
+    # similar names of another length holding a digit or an underscore.
+    r"|tmp(?:[a-z0-9_]{8}|(?=[a-z0-9_]*[0-9_])[a-z0-9_]{6,16})"
+    # A suffix may follow a random name ("tmpab12cd34.py"): "." is allowed after.
+    r")(?![\w~-])(?!<[a-z]{3,4}>)"
+)
+_TMP_RUN_RE = re.compile(r"<tmp>(?:[\\/]+<tmp>)+")
+
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+)
+_WEEKDAY = (
+    r"(?:Mon(?:day)?|Tue(?:s(?:day)?)?|Wed(?:nesday)?|Thu(?:rs(?:day)?)?|Fri(?:day)?"
+    r"|Sat(?:urday)?|Sun(?:day)?)"
+)
+_CLOCK = r"\d{1,2}:[0-5]\d(?::[0-5]\d(?:[.,]\d+)?)?(?:\s?[AP]M)?"
+_ZONE = (
+    r"(?:UTC|GMT|[ECMPA][SD]T|CES?T|EES?T|WES?T|BST|IST|JST|KST|MSK|HST|AK[SD]T"
+    r"|AE[SD]T|NZ[SD]T|[+-]\d{2}:?\d{2})"
+)
+_LOG_DATE_RE = re.compile(
+    _NOT_AFTER
+    + r"(?:"
+    # date(1) and ctime: "Mon Nov 30 01:30:09 UTC 2026"; syslog: "Nov 30 01:30:09"
+    rf"(?:{_WEEKDAY},?\s+)?{_MONTH}\s+\d{{1,2}},?\s+(?:\d{{4}},?\s+)?{_CLOCK}"
+    rf"(?:\s+{_ZONE})?(?:\s+\d{{4}})?"
+    # RFC 2822 / HTTP: "Mon, 30 Nov 2026 01:30:09 GMT"
+    rf"|(?:{_WEEKDAY},?\s+)?\d{{1,2}}\s+{_MONTH}\s+\d{{4}}(?:\s+{_CLOCK}(?:\s+{_ZONE})?)?"
+    # Apache access logs: "30/Nov/2026:01:30:09 +0000"
+    rf"|\d{{1,2}}/{_MONTH}/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}}(?:\s+[+-]\d{{4}})?"
+    # "Nov 30, 2026"
+    rf"|{_MONTH}\s+\d{{1,2}},?\s+\d{{4}}"
+    r")"
+    + _NOT_BEFORE
+)
+_ISO_RE = re.compile(
+    r"(?<![\w.])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
+    r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
+    r"(?:[T ](?:[01]\d|2[0-3]):[0-5]\d(?::(?:[0-5]\d|60)(?:[.,]\d+)?)?"
+    r"(?:\s?(?:Z|UTC|[+-]\d{2}(?::?\d{2})?))?)?" + _NOT_BEFORE
+)
+# pytest's "(0:00:01.23)" and similar clock-style elapsed times.
+_CLOCK_DUR_RE = re.compile(r"\(\d+:[0-5]\d:[0-5]\d(?:\.\d+)?\)")
+_TIME_RE = re.compile(
+    r"(?<![\w.:])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
+    r"(?:[01]?\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d+|,\d{3}(?!\d))?(?:Z|[+-]\d{2}:\d{2})?"
+    r"(?![\w:])(?!<[a-z]{3,4}>)"
+)
+_HEX = "[0-9a-fA-F]"
+_UUID_RE = re.compile(
+    _NOT_AFTER + rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}" + _NOT_BEFORE
+)
+_ADDR_RE = re.compile(_NOT_AFTER + r"0[xX][0-9a-fA-F]+" + _NOT_BEFORE)
+_LONG_HEX_RE = re.compile(
+    _NOT_AFTER + rf"(?={_HEX}*\d)(?={_HEX}*[a-fA-F]){_HEX}{{12,}}" + _NOT_BEFORE
+)
+_DUR_UNIT = (
+    r"(?:ms|us|µs|μs|ns|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?)"
+)
+_DUR_RE = re.compile(
+    r"(?<![\w.])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
+    r"(?:\d+h ?)?(?:\d+m ?)?\d+(?:\.\d+)? ?" + _DUR_UNIT + _NOT_BEFORE
+)
+_PID_RE = re.compile(
+    r"(?i:(?<![\w-])(?:pp?id|pgid)(?:\s*[:=#]\s*|\s+))\d+" + _NOT_BEFORE
+    + r"|(?<![\w-])(?i:process)\s+\d{2,}" + _NOT_BEFORE
+)
+_PID_DIGITS_RE = re.compile(r"\d+$")
+# syslog style "python[1234]:" after a program name.
+_PROG_PID_RE = re.compile(r"(?<=[\w.-])\[\d+\](?=:)")
+_PORT_RE = re.compile(
+    r"(?:"
+    r"(?<![\w.])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)(?:\d{1,3}\.){3}\d{1,3}"
+    r"|(?<![\w.-])(?i:localhost)"
+    r"|\[[0-9A-Fa-f:.]+\]"
+    r"|(?<=://)[\w.-]+"
+    r"):(\d{4,5})" + _NOT_BEFORE
+)
+
+
+def _sub_pid(match: re.Match[str]) -> str:
+    return _PID_DIGITS_RE.sub("<pid>", match.group(0))
+
+
+def _sub_port(match: re.Match[str]) -> str:
+    port = int(match.group(1))
+    if 1024 <= port <= 65535:
+        start, end = match.span(1)
+        text = match.group(0)
+        base = match.start(0)
+        return text[: start - base] + "<port>" + text[end - base :]
+    return match.group(0)
+
+
+def strip_volatile(text: str) -> str:
+    """
+    Replace the volatile parts of a tool's output by placeholders.
+
+    Volatile, with its placeholder:
+
+    - ``<time>``: timestamps, dates and times (ISO 8601, ``date``/``ctime``,
+      syslog, RFC 2822, Apache logs);
+    - ``<uuid>``: UUIDs;
+    - ``<hex>``: hex ids of 12 characters or more mixing digits and letters (git
+      shas, container ids);
+    - ``<addr>``: ``0x`` addresses;
+    - ``<pid>``: process ids (``pid 1234``, ``pid=1234``, ``PID: 1234``,
+      ``process 1234`` with two digits or more, ``python[1234]:``);
+    - ``<dur>``: durations (``0.12s``, ``12ms``, ``1.5 seconds``, ``1m2.3s``,
+      ``(0:00:01.23)``);
+    - ``<tmp>``: temporary directories (``/tmp``, ``/var/tmp``, macOS
+      ``/var/folders/..``, Windows ``AppData\\Local\\Temp``, ``tmpab12_cd``,
+      ``pytest-of-user/pytest-12``);
+    - ``<port>``: ephemeral ports (1024 and above after an IP address,
+      ``localhost`` or a URL host).
+
+    Kept: line and column numbers, counts, exit codes, versions, memory sizes and
+    plain integers. The function is idempotent.
+
+    Args:
+        text: a tool's output.
+    """
+    text = _TMP_ROOT_RE.sub("<tmp>", text)
+    text = _TMP_PART_RE.sub("<tmp>", text)
+    text = _TMP_RUN_RE.sub("<tmp>", text)
+    text = _LOG_DATE_RE.sub("<time>", text)
+    text = _ISO_RE.sub("<time>", text)
+    text = _CLOCK_DUR_RE.sub("(<dur>)", text)
+    text = _TIME_RE.sub("<time>", text)
+    text = _UUID_RE.sub("<uuid>", text)
+    text = _ADDR_RE.sub("<addr>", text)
+    text = _LONG_HEX_RE.sub("<hex>", text)
+    text = _DUR_RE.sub("<dur>", text)
+    text = _PID_RE.sub(_sub_pid, text)
+    text = _PROG_PID_RE.sub("[<pid>]", text)
+    return _PORT_RE.sub(_sub_port, text)
+
+
+def normalize_output(text: str) -> str:
+    """
+    Normalize a tool's output for comparison: strip volatile parts, collapse whitespace.
+
+    Args:
+        text: a tool's output.
+    """
+    return collapse_whitespace(strip_volatile(text))
+
+
+def fingerprint(text: str) -> str:
+    """
+    Fingerprint a tool's output, ignoring volatile parts and whitespace layout.
+
+    Args:
+        text: a tool's output.
+    """
+    return digest(normalize_output(text))
+
+
+# ---------------------------------------------------------------------------
+# Failure signatures
+
+_ERROR_LINE_RE = re.compile(
+    # An exception type, possibly qualified: "ValueError: bad", "x.py:3: KeyError".
+    r"(?:^|[^\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b"
+    # pytest's explanation lines: "E       assert 1 == 2".
+    r"|^E\s+\S"
+    r"|\b(?:FAILED|FAIL|ERROR|FATAL|PANIC)\b"
+    r"|(?i:\b(?:error|fatal)(?:\[[\w-]+\])?:)"
+    r"|(?i:\bpanic(?:ked)?\b)"
+    r"|(?i:no such file|not found|permission denied|segmentation fault|core dumped)"
+    r"|npm ERR!"
+)
+_TRACEBACK_START = "Traceback (most recent call last):"
+_TRACEBACK_GLUE = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+_BOUND = 2_000
+_SIGNATURE_VERSION = 1
+
+
+def _error_lines(output: str) -> list[str]:
+    found: list[str] = []
+    seen: set[str] = set()
+    in_traceback = False
+    for line in output.splitlines():
+        is_error = False
+        if line.startswith(_TRACEBACK_START):
+            in_traceback = True
+        elif in_traceback and line.strip() and not line[0].isspace():
+            # The first unindented line after a traceback names the exception,
+            # whatever its type is called.
+            if not line.startswith(_TRACEBACK_GLUE):
+                is_error = True
+                in_traceback = False
+        if is_error or _ERROR_LINE_RE.search(line):
+            norm = normalize_output(line)
+            if norm and norm not in seen:
+                seen.add(norm)
+                found.append(norm)
+    return found
+
+
+def failure_signature(output: str, exit_code: int | None) -> str:
+    """
+    Summarize a failure so that one dead end gives one signature, however it was reached.
+
+    The signature is built from the exit code, the output's error lines
+    (exception lines, ``E`` lines of pytest, lines with ``FAILED``, ``ERROR``,
+    ``error:``, ``fatal:``, panics, the final line of a traceback, "No such
+    file", "not found", "Permission denied"), each normalized with
+    :func:`normalize_output` and deduplicated in order, and the output's last
+    non-empty line. Without error lines, the whole normalized output stands in
+    for them (its first and last 2,000 characters). Volatile parts and
+    whitespace do not matter, and neither does the spelling of the command that
+    produced the output; another failing test, another exception message or
+    another exit code gives another signature.
+
+    Args:
+        output: the command's output (stdout and stderr as the tool reports them).
+        exit_code: its exit code; None when it did not exit (killed, timed out).
+    """
+    errors = _error_lines(output)
+    last = ""
+    for line in reversed(output.splitlines()):
+        if line.strip():
+            last = normalize_output(line)
+            break
+    parts: dict[str, Any] = {"v": _SIGNATURE_VERSION, "exit": exit_code, "last": last}
+    if errors:
+        parts["errors"] = errors
+    else:
+        whole = normalize_output(output)
+        if len(whole) > 2 * _BOUND:
+            whole = whole[:_BOUND] + " ... " + whole[-_BOUND:]
+        parts["output"] = whole
+    return digest(canonical_json(parts))
+
+
+# ---------------------------------------------------------------------------
+# Commands, paths, responses
+
+_PYTHON_RE = re.compile(r"python(?:\d+(?:\.\d+)*)?(?:\.exe)?", re.IGNORECASE)
+_ASSIGNMENT_RE = re.compile(r"[A-Za-z_]\w*=")
+
+
+def _strip_dot_slash(token: str) -> str:
+    # "--rootdir=./src" names the same path as "--rootdir=src".
+    prefix, sep, rest = token.partition("=")
+    if sep and prefix.startswith("-") and rest.startswith("./"):
+        return prefix + sep + _strip_dot_slash(rest)
+    while token.startswith("./") and len(token) > 2:
+        token = token[2:].lstrip("/") or "."
+    return token
+
+
+def _is_python(token: str) -> bool:
+    return _PYTHON_RE.fullmatch(posixpath.basename(token.replace("\\", "/"))) is not None
+
+
+def normalize_command(cmd: str | Sequence[str]) -> str:
+    """
+    Normalize a command line so that different spellings of one command compare equal.
+
+    The command is split like a POSIX shell would (on unbalanced quotes, on
+    whitespace), so quoting and spacing do not matter; a leading ``./`` is
+    dropped from path-like tokens; ``python3``, ``python3.11`` and paths to a
+    Python interpreter become ``python``; ``python -m X ...`` becomes ``X ...``
+    (``python -m pytest -q`` equals ``pytest -q``). Tokens are rejoined with
+    single spaces and quoted only where they need it. Never raises.
+
+    Args:
+        cmd: a shell command line, or an argument vector.
+    """
+    try:
+        if isinstance(cmd, str):
+            try:
+                tokens = shlex.split(cmd)
+            except ValueError:
+                tokens = cmd.split()
+        else:
+            tokens = [str(token) for token in cmd]
+        tokens = [_strip_dot_slash(token) for token in tokens]
+        # The program comes after any leading VAR=value assignments.
+        head = 0
+        while head < len(tokens) and _ASSIGNMENT_RE.match(tokens[head]):
+            head += 1
+        for i in range(head, len(tokens)):
+            if _is_python(tokens[i]) and (i == head or "/" not in tokens[i]):
+                tokens[i] = "python"
+        if head < len(tokens) and tokens[head] == "python" and head + 1 < len(tokens):
+            flag = tokens[head + 1]
+            if flag == "-m" and head + 2 < len(tokens):
+                tokens[head : head + 2] = []
+            elif flag.startswith("-m") and len(flag) > 2:
+                tokens[head : head + 2] = [flag[2:]]
+        return " ".join(shlex.quote(token) for token in tokens)
+    except Exception:  # pragma: no cover - a last resort; the contract is "never raises"
+        return collapse_whitespace(str(cmd))
+
+
+def normalize_path(path: str) -> str:
+    """
+    Normalize a path to one POSIX spelling.
+
+    Backslashes become slashes; ``.`` components, doubled slashes and a trailing
+    slash go away, ``..`` is folded lexically; ``""`` and ``"."`` give ``"."``.
+
+    Args:
+        path: a relative or absolute path, POSIX or Windows style.
+    """
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    if norm.startswith("//"):
+        # normpath keeps a leading "//" (POSIX leaves its meaning open); fold it.
+        norm = "/" + norm.lstrip("/")
+    return norm
+
+
+def response_fingerprint(text: str) -> str:
+    """
+    Fingerprint an agent's response, ignoring whitespace layout.
+
+    All empty and whitespace-only responses share one fingerprint.
+
+    Args:
+        text: the response text.
+    """
+    return digest(collapse_whitespace(text))

@@ -1,0 +1,419 @@
+"""
+Child processes: commands run in their own process group, and always end with it.
+
+Every command gets its own session and process group (``start_new_session``), so
+that the command, its children and its grandchildren can be signalled as one.
+A command's group is gone when :func:`run_command` returns or raises, however it
+ended:
+
+- the command exits: whatever it left running in its group (``sleep 100 &``) is
+  killed with SIGKILL right after it exits, so nothing is orphaned and nothing
+  keeps writing to the workspace after the call reported its result;
+- its time limit is reached: the group gets SIGTERM, then SIGKILL after a short
+  grace; the result is ``uncertain``, since the command's effect is unknown;
+- the caller is cancelled: the same, in shielded and bounded cleanup, and the
+  cancellation propagates.
+
+A process that leaves its group on purpose (``setsid``) escapes this; sandboxing
+is not this module's job.
+
+:class:`ProcessGroups` tracks the groups alive in a run, so that ending the run
+can end them (:meth:`ProcessGroups.terminate_all`) and a journal can record them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import attrs
+import structlog
+from anyio.abc import Process
+
+from proctor._errors import ConfigError
+from proctor.runtime._records import ToolResult, ToolStatus
+
+__all__ = ("GroupEnd", "GroupInfo", "ProcessGroups", "group_alive", "run_command")
+
+log = structlog.get_logger()
+
+GroupEnd = Literal["exited", "terminated", "killed"]
+"""
+How a process group ended: it was already gone (``exited``), it went away after
+SIGTERM (``terminated``) or it needed SIGKILL (``killed``).
+"""
+
+# Time a group gets between SIGTERM and SIGKILL when a command's time limit hits.
+_TERM_GRACE = 0.5
+# Time to read what is left in the pipe once the command's group is gone.
+_DRAIN_GRACE = 1.0
+# Bound of the shielded cleanup that runs when the caller is cancelled.
+_CLEANUP_LIMIT = 5.0
+# Time processes get to vanish after SIGKILL (it cannot be caught, but dying takes a moment).
+_KILL_WAIT = 1.0
+# How often to look whether a signalled group has gone away.
+_POLL_INTERVAL = 0.01
+
+
+def _proc_usable() -> bool:
+    # /proc may be absent (not Linux) or belong to another pid namespace.
+    return Path(f"/proc/{os.getpid()}/stat").exists()
+
+
+def _has_running_member(pgid: int) -> bool:
+    """Tell whether some member of group ``pgid`` is not a zombie, from /proc."""
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue  # the process went away while we looked
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def group_alive(pgid: int) -> bool:
+    """
+    Tell whether process group ``pgid`` still has a running member.
+
+    The test is ``os.killpg(pgid, 0)``. Where ``/proc`` is available, a group
+    whose members are all zombies counts as gone: they run no code and hold no
+    files, they only wait for their parent to collect them, and some container
+    init processes never collect orphans.
+
+    Args:
+        pgid: a process group id.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, but belongs to someone else
+    if _proc_usable():
+        return _has_running_member(pgid)
+    return True
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to group ``pgid``; return False when the group is gone."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _wait_gone(pgids: Sequence[int]) -> None:
+    """Return once none of ``pgids`` has a running member (callers bound the wait)."""
+    # Polling, because nothing signals the end of processes that are not our
+    # children (a command's grandchildren), so there is no event to wait on.
+    while any(group_alive(pgid) for pgid in pgids):  # noqa: ASYNC110
+        await anyio.sleep(_POLL_INTERVAL)
+
+
+@attrs.frozen
+class GroupInfo:
+    """
+    A live process group of a run.
+
+    Args:
+        pgid: its process group id (the id of its leader).
+        command: the command that started it.
+        started_at: wall-clock time it started (seconds since the epoch).
+    """
+
+    pgid: int
+    command: str
+    started_at: float
+
+
+@attrs.define(eq=False)
+class ProcessGroups:
+    """
+    The process groups alive in one run.
+
+    :func:`run_command` adds each group it starts and discards it once the group
+    is gone, calling ``on_start`` and ``on_end`` around it.
+
+    Args:
+        on_start: awaited with ``(pgid, command)`` once a group has started.
+        on_end: awaited with ``(pgid, how)`` once a group is gone, ``how`` being
+            ``exited``, ``terminated`` or ``killed``.
+    """
+
+    on_start: Callable[[int, str], Awaitable[None]] | None = None
+    on_end: Callable[[int, str], Awaitable[None]] | None = None
+    _live: dict[int, GroupInfo] = attrs.field(factory=dict, init=False)
+
+    def add(self, pgid: int, command: str) -> None:
+        """
+        Track group ``pgid``, started by ``command``.
+
+        Args:
+            pgid: the group's id.
+            command: the command, for people reading the journal.
+        """
+        self._live[pgid] = GroupInfo(pgid, command, time.time())
+
+    def discard(self, pgid: int) -> None:
+        """
+        Stop tracking group ``pgid``; do nothing if it is not tracked.
+
+        Args:
+            pgid: the group's id.
+        """
+        self._live.pop(pgid, None)
+
+    def live(self) -> tuple[GroupInfo, ...]:
+        """Return the tracked groups, oldest first."""
+        return tuple(self._live.values())
+
+    async def terminate_all(self, grace: float = 2.0) -> list[tuple[int, str]]:
+        """
+        End every tracked group: SIGTERM, then SIGKILL for those still there after ``grace``.
+
+        The groups are no longer tracked afterwards.
+
+        Args:
+            grace: seconds the groups get to exit after SIGTERM.
+
+        Returns:
+            ``(pgid, how)`` for each group, ``how`` being ``exited`` (gone before
+            the signal), ``terminated`` or ``killed``.
+        """
+        groups = self.live()
+        ended: dict[int, GroupEnd] = {}
+        signalled: list[int] = []
+        for info in groups:
+            if group_alive(info.pgid) and _signal_group(info.pgid, signal.SIGTERM):
+                signalled.append(info.pgid)
+            else:
+                ended[info.pgid] = "exited"
+        with anyio.move_on_after(grace):
+            await _wait_gone(signalled)
+        killed = await _kill(signalled)
+        for pgid in signalled:
+            ended[pgid] = "killed" if pgid in killed else "terminated"
+        for info in groups:
+            self.discard(info.pgid)
+            log.info("process.group_ended", pgid=info.pgid, how=ended[info.pgid])
+        return [(info.pgid, ended[info.pgid]) for info in groups]
+
+
+@attrs.define(eq=False)
+class _Capture:
+    """The output of a command, bounded: its head and its tail, and how much was dropped."""
+
+    limit: int
+    head: bytearray = attrs.field(factory=bytearray)
+    tail: bytearray = attrs.field(factory=bytearray)
+    total: int = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit // 2 - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            excess = len(self.tail) - (self.limit - self.limit // 2)
+            if excess > 0:
+                del self.tail[:excess]
+
+    def text(self) -> str:
+        if self.total <= self.limit:
+            return bytes(self.head + self.tail).decode("utf-8", errors="replace")
+        omitted = self.total - len(self.head) - len(self.tail)
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        return f"{head}\n[... {omitted} bytes of output omitted ...]\n{tail}"
+
+
+async def _drain(process: Process, capture: _Capture, done: anyio.Event | None = None) -> None:
+    """Read the command's output into ``capture`` until the pipe ends."""
+    try:
+        if process.stdout is not None:
+            async for chunk in process.stdout:
+                capture.feed(chunk)
+    finally:
+        if done is not None:
+            done.set()
+
+
+async def _kill(pgids: Sequence[int]) -> list[int]:
+    """SIGKILL the groups that are still alive, wait a moment for them to vanish, return them."""
+    killed = [pgid for pgid in pgids if group_alive(pgid) and _signal_group(pgid, signal.SIGKILL)]
+    with anyio.move_on_after(_KILL_WAIT):
+        await _wait_gone(killed)
+    return killed
+
+
+async def _kill_leftovers(pgid: int, command: str) -> GroupEnd:
+    """Kill what an exited command left running in its group."""
+    # The leader has exited, but its id cannot be handed out again while its
+    # group still has members, so the group id still names this command's group.
+    if await _kill([pgid]):
+        log.info("process.leftovers_killed", pgid=pgid, command=command)
+        return "killed"
+    return "exited"
+
+
+async def _stop_group(process: Process, pgid: int, grace: float) -> GroupEnd:
+    """SIGTERM the group, SIGKILL it after ``grace``, and reap its leader."""
+    how: GroupEnd = "exited"
+    if _signal_group(pgid, signal.SIGTERM):
+        how = "terminated"
+        with anyio.move_on_after(grace):
+            await process.wait()
+            await _wait_gone([pgid])
+        if await _kill([pgid]):
+            how = "killed"
+    await process.wait()
+    return how
+
+
+def _argv(cmd: str | Sequence[str]) -> tuple[list[str], str]:
+    if isinstance(cmd, str):
+        return ["/bin/sh", "-c", cmd], cmd
+    argv = list(cmd)
+    return argv, shlex.join(argv)
+
+
+def _with_note(text: str, note: str) -> str:
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return f"{text}[{note}]"
+
+
+async def run_command(
+    cmd: str | Sequence[str],
+    *,
+    cwd: Path,
+    time_limit: float,
+    env: Mapping[str, str] | None = None,
+    groups: ProcessGroups | None = None,
+    output_limit: int = 64_000,
+) -> ToolResult:
+    """
+    Run ``cmd`` in its own process group and return its merged output.
+
+    A string runs through ``/bin/sh -c``; a sequence runs directly. Standard input
+    is ``/dev/null``; standard output and error share one pipe, so their lines
+    keep their order. The output is read while the command runs, so a command
+    that writes much never blocks on a full pipe.
+
+    When the command exits, anything it left running in its group is killed.
+    When ``time_limit`` is reached, the group gets SIGTERM, then SIGKILL half a
+    second later, and the result is ``uncertain``. When the caller is cancelled,
+    the group is ended the same way before the cancellation propagates.
+
+    Args:
+        cmd: a shell command line, or a program and its arguments.
+        cwd: the working directory.
+        time_limit: seconds the command may run (a tool setting; ``math.inf``
+            for none).
+        env: the command's whole environment; None inherits this process's.
+        groups: where to track the command's process group.
+        output_limit: bytes of output kept; beyond it, the first and last halves
+            are kept around a marker saying how much was left out.
+
+    Returns:
+        ``ok`` for exit code 0; ``error`` with the exit code otherwise (negative:
+        the number of the signal that killed it); ``uncertain`` when the time
+        limit was reached; ``error`` when the command could not be started.
+
+    Raises:
+        ConfigError: ``time_limit`` is not positive or ``output_limit`` is negative.
+    """
+    if not time_limit > 0:
+        raise ConfigError(f"time_limit must be a positive number of seconds, not {time_limit!r}")
+    if output_limit < 0:
+        raise ConfigError(f"output_limit must be a number of bytes >= 0, not {output_limit!r}")
+    argv, label = _argv(cmd)
+    started = time.monotonic()
+    if not argv:
+        return ToolResult(ToolStatus.ERROR, "empty command: give a program to run")
+    try:
+        # Shielded: a start cancelled halfway would leave a child that nobody
+        # holds a handle to, and so nobody ends. Starting a process is quick.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+    except OSError as exc:
+        return ToolResult(
+            ToolStatus.ERROR,
+            f"could not start {label!r}: {exc.strerror or exc}",
+            duration=time.monotonic() - started,
+        )
+    pgid = process.pid  # a session leader leads its own group
+    capture = _Capture(output_limit)
+    how: GroupEnd | None = None
+    leader_exited = False
+    drained = anyio.Event()
+    log.debug("process.started", pgid=pgid, command=label)
+    try:
+        if groups is not None:
+            groups.add(pgid, label)
+            if groups.on_start is not None:
+                await groups.on_start(pgid, label)
+        with anyio.move_on_after(time_limit) as limit:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_drain, process, capture, drained)
+                await process.wait()
+                leader_exited = True
+                how = await _kill_leftovers(pgid, label)
+                # The group is gone, so the pipe reaches its end unless a
+                # process that left the group still holds it: do not wait on that.
+                with anyio.move_on_after(_DRAIN_GRACE):
+                    await drained.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.move_on_after(_CLEANUP_LIMIT, shield=True):
+            if how is None:
+                how = await _stop_group(process, pgid, _TERM_GRACE)
+                with anyio.move_on_after(_DRAIN_GRACE):
+                    await _drain(process, capture)
+            await process.aclose()
+            log.debug("process.ended", pgid=pgid, how=how, returncode=process.returncode)
+            if groups is not None:
+                groups.discard(pgid)
+                if groups.on_end is not None:
+                    await groups.on_end(pgid, how)
+    duration = time.monotonic() - started
+    output = capture.text()
+    if limit.cancelled_caught and not leader_exited:
+        log.info("process.time_limit", pgid=pgid, command=label, time_limit=time_limit)
+        note = f"time limit of {time_limit:g} s reached; process group killed"
+        return ToolResult(ToolStatus.UNCERTAIN, _with_note(output, note), None, duration)
+    code = process.returncode
+    if code is None:  # the cleanup's bound ran out: the process would not die
+        note = "the command could not be stopped; its process group may still run"
+        return ToolResult(ToolStatus.UNCERTAIN, _with_note(output, note), None, duration)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        output = _with_note(output, f"killed by {name}")
+    return ToolResult(ToolStatus.OK if code == 0 else ToolStatus.ERROR, output, code, duration)

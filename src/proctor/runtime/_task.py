@@ -1,0 +1,382 @@
+"""
+The task: what to do, where, what decides success, and what it may spend.
+
+A task comes from Python (:class:`Task`) or from a TOML file
+(:func:`load_task`, documented in ``docs/taskfile.md``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from proctor._errors import ConfigError
+from proctor.budgets._budget import Budget
+from proctor.runtime._judge import TaskFacts
+from proctor.runtime._normalize import normalize_path
+from proctor.runtime._policy import Policy
+from proctor.verifiers._candidate import DEFAULT_IGNORE
+from proctor.verifiers._checks import CommandCheck, contract_version
+
+__all__ = ("ActorSpec", "Task", "TaskFile", "load_task", "parse_task", "prepare_workspace")
+
+
+def _paths(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(normalize_path(p) for p in value)
+
+
+def _resolved(value: str | Path) -> Path:
+    return Path(value).resolve()
+
+
+def _checks(value: Iterable[CommandCheck]) -> tuple[CommandCheck, ...]:
+    return tuple(value)
+
+
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class Task:
+    """
+    A task for an actor, and the contract that decides when it is done.
+
+    Args:
+        goal: what the actor should achieve, in words.
+        workspace: the directory the actor works in; every tool is confined to it.
+        kind: ``build`` (an artifact judged by checks) or ``answer`` (an answer
+            judged by its grounding in fetched sources).
+        checks: the acceptance checks, run by the verifier on a frozen candidate.
+        protected: glob patterns of paths the actor may not change (the checks, the tests).
+        required_files: glob patterns of files the result must contain.
+        ignore: glob patterns left out of the candidate digest and snapshots.
+        budget: the limits, kept by the accountant.
+        policy: the no-progress policy.
+        command_time_limit: seconds a ``run_command`` call may take before its
+            process group is killed and its outcome recorded as uncertain.
+        task_id: the task's identity; spend and history belong to it. A new run
+            of the same task id inherits them.
+        template: a directory the workspace is laid afresh from when a run starts
+            (see :func:`prepare_workspace`); None uses the workspace as it is.
+    """
+
+    goal: str
+    workspace: Path = attrs.field(converter=_resolved)
+    kind: Literal["build", "answer"] = "build"
+    checks: tuple[CommandCheck, ...] = attrs.field(default=(), converter=_checks)
+    protected: tuple[str, ...] = attrs.field(default=(), converter=_paths)
+    required_files: tuple[str, ...] = attrs.field(default=(), converter=_paths)
+    ignore: tuple[str, ...] = attrs.field(default=DEFAULT_IGNORE, converter=_strings)
+    budget: Budget = attrs.field(factory=Budget)
+    policy: Policy = attrs.field(factory=Policy)
+    command_time_limit: float = 120.0
+    task_id: str | None = None
+    template: Path | None = None
+
+    def contract(self) -> dict[str, Any]:
+        """The acceptance contract as plain data: what decides success."""
+        return {
+            "kind": self.kind,
+            "checks": [
+                {
+                    "name": c.name,
+                    "run": list(c.run) if not isinstance(c.run, str) else c.run,
+                    "expect_exit": c.expect_exit,
+                    "required": c.required,
+                }
+                for c in self.checks
+            ],
+            "protected": list(self.protected),
+            "required_files": list(self.required_files),
+        }
+
+    @property
+    def contract_version(self) -> str:
+        """A digest of the contract's content."""
+        return contract_version(self.contract())
+
+    def facts(self) -> TaskFacts:
+        """What the decision core needs to know of this task."""
+        return TaskFacts(
+            kind=self.kind,
+            checks=tuple(c.name for c in self.checks if c.required),
+            protected=self.protected,
+            required_files=self.required_files,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The task as plain data, for the journal."""
+        return {
+            "goal": self.goal,
+            "workspace": str(self.workspace),
+            "contract": self.contract(),
+            "budget": {"limits": self.budget.limits, "reserve": self.budget.reserve},
+            "policy": self.policy.settings(),
+            "ignore": list(self.ignore),
+            "command_time_limit": self.command_time_limit,
+        }
+
+
+@attrs.frozen
+class ActorSpec:
+    """
+    Which actor a task file asks for.
+
+    Args:
+        kind: ``scripted`` (proposals from a JSON Lines file).
+        script: for ``scripted``, the script's path.
+        options: the rest of the ``[actor]`` table.
+    """
+
+    kind: str
+    script: Path | None = None
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class TaskFile:
+    """A loaded task file: the task and its actor."""
+
+    path: Path
+    task: Task
+    actor: ActorSpec
+
+
+_TOP = ("task", "checks", "contract", "budget", "policy", "actor")
+_TASK = ("goal", "workspace", "kind", "id", "command_time_limit", "ignore", "template")
+_CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit")
+_CONTRACT = ("protected", "required_files")
+
+
+class _Where:
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def line_of(self, needle: str) -> int | None:
+        for number, line in enumerate(self.lines, start=1):
+            if line.strip().startswith(needle):
+                return number
+        return None
+
+    def error(self, field: str, message: str, needle: str | None = None) -> ConfigError:
+        line = self.line_of(needle) if needle else None
+        where = f"{self.path}:{line}" if line else str(self.path)
+        return ConfigError(f"{where}: {field}: {message}")
+
+
+def _table(where: _Where, data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise where.error(key, "must be a table", needle=key)
+    return value
+
+
+def _known(where: _Where, table: Mapping[str, Any], allowed: tuple[str, ...], name: str) -> None:
+    for key in table:
+        if key not in allowed:
+            raise where.error(
+                f"{name}.{key}" if name else key,
+                f"unknown key; accepted: {', '.join(allowed)}",
+                needle=key,
+            )
+
+
+def _str_list(where: _Where, value: Any, field: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise where.error(
+            field, f"must be a list of strings, got {value!r}", needle=field.split(".")[-1]
+        )
+    return value
+
+
+def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
+    """
+    Parse a task file's text. Relative paths are relative to the file's directory.
+
+    Raises:
+        ConfigError: the file is not valid TOML or a field is wrong; the message
+            names the file, the line or field, and what would be accepted.
+    """
+    path = Path(path)
+    where = _Where(path, text)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    _known(where, data, _TOP, "")
+    base = path.parent
+    task = _table(where, data, "task")
+    _known(where, task, _TASK, "task")
+    goal = task.get("goal")
+    if not isinstance(goal, str) or not goal.strip():
+        raise where.error(
+            "task.goal", "required: a non-empty string saying what to achieve", "goal"
+        )
+    workspace = task.get("workspace", ".")
+    if not isinstance(workspace, str):
+        raise where.error("task.workspace", "must be a path string", "workspace")
+    workspace_path = (base / workspace).resolve()
+    template = task.get("template")
+    template_path: Path | None = None
+    if template is not None:
+        if not isinstance(template, str):
+            raise where.error("task.template", "must be a path string", "template")
+        template_path = (base / template).resolve()
+        if not template_path.is_dir():
+            raise where.error("task.template", f"{template_path} is not a directory", "template")
+    elif not workspace_path.is_dir():
+        raise where.error("task.workspace", f"{workspace_path} is not a directory", "workspace")
+    kind = task.get("kind", "build")
+    if kind not in ("build", "answer"):
+        raise where.error("task.kind", f"must be 'build' or 'answer', got {kind!r}", "kind")
+    time_limit = task.get("command_time_limit", 120.0)
+    if isinstance(time_limit, bool) or not isinstance(time_limit, int | float) or time_limit <= 0:
+        raise where.error(
+            "task.command_time_limit",
+            f"must be a number of seconds > 0, got {time_limit!r}",
+            "command_time_limit",
+        )
+    ignore = DEFAULT_IGNORE + tuple(_str_list(where, task.get("ignore", []), "task.ignore"))
+    task_id = task.get("id")
+    if task_id is not None and (not isinstance(task_id, str) or not task_id):
+        raise where.error("task.id", "must be a non-empty string", "id")
+
+    raw_checks = data.get("checks", [])
+    if not isinstance(raw_checks, list):
+        raise where.error("checks", "must be an array of tables: [[checks]]", "checks")
+    checks = []
+    for number, raw in enumerate(raw_checks, start=1):
+        field = f"checks[{number}]"
+        if not isinstance(raw, dict):
+            raise where.error(field, "must be a table", "[[checks]]")
+        _known(where, raw, _CHECK, field)
+        if "name" not in raw or "run" not in raw:
+            raise where.error(field, "needs name and run (a command: string or list)", "[[checks]]")
+        try:
+            checks.append(
+                CommandCheck(
+                    name=raw["name"],
+                    run=raw["run"],
+                    expect_exit=raw.get("expect_exit", 0),
+                    time_limit=raw.get("time_limit", 600.0),
+                    required=raw.get("required", True),
+                    junit=raw.get("junit"),
+                )
+            )
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise where.error(
+                field, str(exc), f"name = {raw.get('name')!r}".replace("'", '"')
+            ) from None
+    names = [c.name for c in checks]
+    if len(set(names)) != len(names):
+        raise where.error("checks", f"check names must be unique, got {names}", "[[checks]]")
+    if kind == "build" and not any(c.required for c in checks):
+        raise where.error(
+            "checks",
+            "a build task needs at least one required check ([[checks]] with name and run): "
+            "only checks can complete a build",
+            "[[checks]]",
+        )
+
+    contract = _table(where, data, "contract")
+    _known(where, contract, _CONTRACT, "contract")
+    protected = _str_list(where, contract.get("protected", []), "contract.protected")
+    required_files = _str_list(where, contract.get("required_files", []), "contract.required_files")
+
+    budget_table = _table(where, data, "budget")
+    reserve = budget_table.get("reserve", {})
+    if not isinstance(reserve, dict):
+        raise where.error("budget.reserve", "must be a table, e.g. { steps = 3 }", "reserve")
+    limits = {k: v for k, v in budget_table.items() if k != "reserve"}
+    try:
+        budget = Budget(limits, reserve)
+    except ConfigError as exc:
+        raise where.error("budget", str(exc).removeprefix("budget: "), "[budget]") from None
+
+    try:
+        policy = Policy.from_mapping(_table(where, data, "policy"), where="policy")
+    except ConfigError as exc:
+        raise where.error("policy", str(exc).removeprefix("policy: "), "[policy]") from None
+
+    actor_table = _table(where, data, "actor")
+    actor_kind = actor_table.get("kind", "scripted")
+    if actor_kind != "scripted":
+        raise where.error(
+            "actor.kind", f"unknown actor kind {actor_kind!r}; accepted: scripted", "kind"
+        )
+    script = actor_table.get("script")
+    if not isinstance(script, str):
+        raise where.error("actor.script", 'a scripted actor needs script = "FILE.jsonl"', "[actor]")
+    script_path = (base / script).resolve()
+    if not script_path.is_file():
+        raise where.error("actor.script", f"{script_path} does not exist", "script")
+    actor = ActorSpec(
+        actor_kind,
+        script_path,
+        {k: v for k, v in actor_table.items() if k not in ("kind", "script")},
+    )
+    built = Task(
+        goal=goal,
+        workspace=workspace_path,
+        kind=kind,
+        checks=tuple(checks),
+        protected=tuple(protected),
+        required_files=tuple(required_files),
+        ignore=ignore,
+        budget=budget,
+        policy=policy,
+        command_time_limit=float(time_limit),
+        task_id=task_id,
+        template=template_path,
+    )
+    return TaskFile(path, built, actor)
+
+
+_MARKER = Path(".proctor") / "template"
+
+
+def prepare_workspace(task: Task) -> None:
+    """
+    Lay the workspace afresh from the task's template, if it has one.
+
+    The old workspace is removed only if proctor laid it (it carries a marker),
+    so a template never deletes a directory a person made.
+
+    Raises:
+        ConfigError: the workspace exists and was not laid from a template.
+    """
+    if task.template is None:
+        return
+    workspace = task.workspace
+    if workspace.exists():
+        if not (workspace / _MARKER).is_file():
+            raise ConfigError(
+                f"{workspace} exists and was not laid from a template; proctor will not "
+                "replace it: remove it, or drop task.template to work in it as it is"
+            )
+        shutil.rmtree(workspace)
+    shutil.copytree(task.template, workspace, symlinks=True)
+    (workspace / _MARKER).parent.mkdir(parents=True, exist_ok=True)
+    (workspace / _MARKER).write_text(str(task.template) + "\n", encoding="utf-8")
+
+
+def load_task(path: str | Path) -> TaskFile:
+    """
+    Load a task file (TOML).
+
+    Raises:
+        ConfigError: it cannot be read or a field is wrong.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the task file: {exc.strerror}") from exc
+    return parse_task(text, path)

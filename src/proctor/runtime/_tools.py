@@ -1,0 +1,404 @@
+"""
+The built-in workspace tools and the registry that dispatches tool calls.
+
+A tool is its declaration (:class:`~proctor.runtime._toolspec.ToolSpec`) and an
+async function. :func:`call_tool` is the one way to call a tool: it checks the
+arguments against the declaration and turns every bad input of the agent (an
+unknown tool, a missing argument, a path outside the workspace, a missing file)
+into an ``error`` result that says what was wrong and what is accepted. It never
+raises for the agent's mistakes.
+
+Writes are atomic: a file is written to a temporary file in the same directory
+and renamed over its target, so a snapshot or a reader sees either the old
+content or the new one, never half of it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import anyio
+import attrs
+import structlog
+
+from proctor._errors import ConfigError, ProctorError, WorkspaceError
+from proctor.runtime._process import ProcessGroups, run_command
+from proctor.runtime._records import ToolResult, ToolStatus
+from proctor.runtime._toolspec import BUILTIN_SPECS, ToolSpec, spec_for
+from proctor.runtime._workspace import Workspace
+
+__all__ = ("Tool", "ToolContext", "ToolFn", "ToolRegistry", "call_tool")
+
+log = structlog.get_logger()
+
+# Directories list_files never descends into.
+_SKIPPED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".proctor"})
+# Most paths list_files returns.
+_LIST_LIMIT = 2_000
+# Most characters read_file returns.
+_READ_LIMIT = 1_000_000
+
+
+@attrs.frozen
+class ToolContext:
+    """
+    What a tool needs from the run.
+
+    Args:
+        workspace: the directory that confines the tool's paths.
+        command_time_limit: seconds a command may run.
+        groups: where commands track their process groups.
+        env: the environment of commands; None inherits this process's.
+    """
+
+    workspace: Workspace
+    command_time_limit: float = 120.0
+    groups: ProcessGroups = attrs.field(factory=ProcessGroups)
+    env: Mapping[str, str] | None = None
+
+
+ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[ToolResult]]
+"""A tool's implementation: called with the context and the checked arguments."""
+
+
+@attrs.frozen
+class Tool:
+    """
+    A tool: its declaration and its implementation.
+
+    Args:
+        spec: what the tool declares about itself.
+        fn: the implementation.
+    """
+
+    spec: ToolSpec
+    fn: ToolFn
+
+
+@attrs.define(eq=False)
+class ToolRegistry:
+    """The tools a run offers, by name."""
+
+    _tools: dict[str, Tool] = attrs.field(factory=dict, init=False)
+
+    @classmethod
+    def builtin(cls) -> ToolRegistry:
+        """Return a registry with the built-in workspace tools."""
+        registry = cls()
+        for name, fn in _BUILTIN_FNS.items():
+            registry.register(Tool(BUILTIN_SPECS[name], fn))
+        return registry
+
+    def register(self, tool: Tool) -> None:
+        """
+        Add ``tool``.
+
+        Args:
+            tool: the tool; its name must be new to this registry.
+
+        Raises:
+            ConfigError: a tool with that name is already registered.
+        """
+        name = tool.spec.name
+        if name in self._tools:
+            raise ConfigError(
+                f"a tool named {name!r} is already registered; give each tool its own name"
+            )
+        self._tools[name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        """
+        Return the tool called ``name``, or None.
+
+        Args:
+            name: the tool's name.
+        """
+        return self._tools.get(name)
+
+    def spec(self, name: str) -> ToolSpec:
+        """
+        Return the declaration of ``name``, registered or not (see ``spec_for``).
+
+        Args:
+            name: the tool's name.
+        """
+        tool = self._tools.get(name)
+        return tool.spec if tool is not None else spec_for(name)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """Return the declarations of the registered tools, in registration order."""
+        return tuple(tool.spec for tool in self._tools.values())
+
+    def names(self) -> tuple[str, ...]:
+        """Return the names of the registered tools, in registration order."""
+        return tuple(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+
+# --- argument checks -------------------------------------------------------------
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list, tuple),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def _type_ok(value: Any, expected: str | list[str]) -> bool:
+    names = [expected] if isinstance(expected, str) else expected
+    for name in names:
+        kinds = _JSON_TYPES.get(name)
+        if kinds is None:
+            return True  # a type this minimal check does not know: let the tool judge
+        # JSON has no bool among its numbers, Python does.
+        if isinstance(value, bool) and name in ("integer", "number"):
+            continue
+        if isinstance(value, kinds):
+            return True
+    return False
+
+
+def _accepted(schema: dict[str, Any]) -> str:
+    props: dict[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", ()))
+    if not props:
+        return "a JSON object"
+    parts = []
+    for key, sub in props.items():
+        kind = sub.get("type", "any") if isinstance(sub, dict) else "any"
+        kind = " or ".join(kind) if isinstance(kind, list) else kind
+        parts.append(f"{key} ({kind}, {'required' if key in required else 'optional'})")
+    return ", ".join(parts)
+
+
+def _check_args(schema: dict[str, Any], args: Any) -> str | None:
+    """Return what is wrong with ``args`` under ``schema``, or None."""
+    if not isinstance(args, dict):
+        return f"arguments must be a JSON object, not {type(args).__name__}"
+    props: dict[str, Any] = schema.get("properties", {})
+    problems = [f"missing {key!r}" for key in schema.get("required", ()) if key not in args]
+    if schema.get("additionalProperties", True) is False:
+        problems += [f"unknown argument {key!r}" for key in args if key not in props]
+    for key, value in args.items():
+        sub = props.get(key)
+        if isinstance(sub, dict) and "type" in sub and not _type_ok(value, sub["type"]):
+            expected = sub["type"]
+            expected = " or ".join(expected) if isinstance(expected, list) else expected
+            problems.append(f"{key!r} must be of type {expected}, not {type(value).__name__}")
+    return "; ".join(problems) or None
+
+
+def _error(text: str) -> ToolResult:
+    return ToolResult(ToolStatus.ERROR, text)
+
+
+async def call_tool(
+    registry: ToolRegistry, ctx: ToolContext, name: str, args: dict[str, Any]
+) -> ToolResult:
+    """
+    Call tool ``name`` with ``args`` and return its result.
+
+    Bad input from the agent never raises: an unknown tool, arguments that do not
+    fit the tool's declaration, a path that leaves the workspace and a failing
+    file operation each give an ``error`` result that says what was wrong.
+
+    Args:
+        registry: the tools on offer.
+        ctx: what the tools need from the run.
+        name: the tool to call.
+        args: its arguments, a JSON object.
+    """
+    tool = registry.get(name)
+    if tool is None:
+        known = ", ".join(registry.names()) or "none"
+        return _error(f"unknown tool {name!r}; known tools: {known}")
+    problem = _check_args(tool.spec.parameters, args)
+    if problem is not None:
+        return _error(
+            f"bad arguments for {name}: {problem}; accepted: {_accepted(tool.spec.parameters)}"
+        )
+    started = time.monotonic()
+    try:
+        result = await tool.fn(ctx, args)
+    except WorkspaceError as exc:
+        log.info("tool.refused", tool=name, reason=str(exc))
+        result = _error(f"refused: {exc}")
+    except ProctorError as exc:
+        result = _error(f"{name} failed: {exc}")
+    except OSError as exc:
+        where = f" ({args['path']})" if isinstance(args.get("path"), str) else ""
+        result = _error(f"{name} failed: {exc.strerror or exc}{where}")
+    return attrs.evolve(result, duration=time.monotonic() - started)
+
+
+# --- the built-in tools ----------------------------------------------------------
+
+
+def _read_text(path: Path) -> str:
+    with path.open("rb") as f:
+        data = f.read(_READ_LIMIT * 4 + 1)
+    text = data.decode("utf-8", errors="replace")
+    if len(text) > _READ_LIMIT:
+        text = text[:_READ_LIMIT] + f"\n[file truncated at {_READ_LIMIT} characters]"
+    return text
+
+
+async def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    rel: str = args["path"]
+    path = ctx.workspace.resolve(rel)
+    if not path.exists():
+        return _error(f"no such file: {rel}")
+    if not path.is_file():
+        return _error(f"not a file: {rel}; read_file reads files (use list_files for directories)")
+    return ToolResult(ToolStatus.OK, await anyio.to_thread.run_sync(_read_text, path))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode: int | None = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    # 0o666 lets the umask decide a new file's mode, as for any other new file.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+async def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    rel: str = args["path"]
+    content: str = args["content"]
+    path = ctx.workspace.resolve(rel)
+    if path.is_dir():
+        return _error(f"not a file: {rel} is a directory; write_file writes files")
+    data = content.encode("utf-8")
+    await anyio.to_thread.run_sync(_write_atomic, path, data)
+    return ToolResult(ToolStatus.OK, f"wrote {len(data)} bytes to {ctx.workspace.relative(path)}")
+
+
+async def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    rel: str = args["path"]
+    old: str = args["old"]
+    new: str = args["new"]
+    if not old:
+        return _error("'old' is empty; give the exact text to replace, as it occurs in the file")
+    path = ctx.workspace.resolve(rel)
+    if not path.exists():
+        return _error(f"no such file: {rel}")
+    if not path.is_file():
+        return _error(f"not a file: {rel}; edit_file edits files")
+    raw = await anyio.to_thread.run_sync(path.read_bytes)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return _error(f"{rel} is not UTF-8 text; use write_file to replace it whole")
+    count = text.count(old)
+    if count == 0:
+        return _error(
+            f"'old' text not found in {rel}; give text that occurs in the file exactly "
+            "(read_file shows it), including whitespace and line breaks"
+        )
+    edited = text.replace(old, new, 1)
+    await anyio.to_thread.run_sync(_write_atomic, path, edited.encode("utf-8"))
+    more = f"; {count - 1} more occurrence(s) left unchanged" if count > 1 else ""
+    return ToolResult(ToolStatus.OK, f"edited {ctx.workspace.relative(path)}: replaced 1{more}")
+
+
+async def _delete_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    rel: str = args["path"]
+    target = ctx.workspace.resolve(rel)  # refuses links that point outside, too
+    name = PurePosixPath(rel).name
+    if name in ("", ".", ".."):
+        return _error(f"not a file: {rel}; delete_file deletes files")
+    # The entry itself, with its parent resolved: a symlink is deleted, not its target.
+    entry = ctx.workspace.resolve(str(PurePosixPath(rel).parent)) / name
+    if entry.is_symlink():
+        entry.unlink()
+    elif not target.exists():
+        return _error(f"no such file: {rel}")
+    elif not target.is_file():
+        return _error(f"not a file: {rel} is a directory; delete_file deletes files")
+    else:
+        target.unlink()
+    return ToolResult(ToolStatus.OK, f"deleted {ctx.workspace.relative(entry)}")
+
+
+def _walk(top: Path, found: list[Path], limit: int) -> None:
+    """Append the files under ``top`` to ``found`` in path order, stopping past ``limit``."""
+    try:
+        with os.scandir(top) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    except OSError:
+        return  # an unreadable directory lists as empty rather than failing the listing
+    # Sorting a directory "d" as "d/" puts every path in plain string order.
+    entries.sort(key=lambda e: e[0] + "/" if e[1] else e[0])
+    for name, is_dir in entries:
+        if len(found) > limit:
+            return
+        if is_dir:
+            if name not in _SKIPPED_DIRS:
+                _walk(top / name, found, limit)
+        else:
+            found.append(top / name)
+
+
+async def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    rel: str = args.get("path", ".")
+    top = ctx.workspace.resolve(rel)
+    if not top.exists():
+        return _error(f"no such directory: {rel}")
+    if not top.is_dir():
+        return _error(f"not a directory: {rel}; list_files lists directories")
+    found: list[Path] = []
+    await anyio.to_thread.run_sync(_walk, top, found, _LIST_LIMIT)
+    lines = [ctx.workspace.relative(p) for p in found[:_LIST_LIMIT]]
+    if len(found) > _LIST_LIMIT:
+        lines.append(
+            f"[listing stopped at {_LIST_LIMIT:,} files; list a subdirectory to see the rest]"
+        )
+    elif not lines:
+        lines.append(f"[no files under {rel}]")
+    return ToolResult(ToolStatus.OK, "\n".join(lines))
+
+
+async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    return await run_command(
+        args["cmd"],
+        cwd=ctx.workspace.root,
+        time_limit=ctx.command_time_limit,
+        env=ctx.env,
+        groups=ctx.groups,
+    )
+
+
+_BUILTIN_FNS: dict[str, ToolFn] = {
+    "read_file": _read_file,
+    "write_file": _write_file,
+    "edit_file": _edit_file,
+    "delete_file": _delete_file,
+    "list_files": _list_files,
+    "run_command": _run_command,
+}

@@ -1,0 +1,603 @@
+"""
+Recorded trajectories (format v1) and their offline replay.
+
+A trajectory is what an agent did, step by step, with what the world answered.
+:func:`replay` feeds it to the same decision core live runs use
+(:class:`~proctor.runtime._judge.Judge`) and reports what the controller would
+have decided. The format is a public contract: see ``docs/trajectory.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import attrs
+
+from proctor._errors import ConfigError, TrajectoryError
+from proctor.runtime._judge import Act, Judge, Refused, Ruling, TaskFacts, Verdict
+from proctor.runtime._normalize import digest, normalize_path
+from proctor.runtime._policy import Policy
+from proctor.runtime._records import (
+    Claim,
+    Decision,
+    Message,
+    MessageKind,
+    ToolCall,
+    ToolResult,
+    ToolStatus,
+)
+from proctor.verifiers._candidate import matches
+
+__all__ = (
+    "FORMAT",
+    "VERSION",
+    "Event",
+    "FileModel",
+    "Header",
+    "Replay",
+    "Step",
+    "Trajectory",
+    "diff_replays",
+    "parse_trajectory",
+    "read_trajectory",
+    "replay",
+)
+
+FORMAT = "proctor.trajectory"
+VERSION = 1
+
+_MASK = (1 << 128) - 1
+
+_STATUS = {"ok": ToolStatus.OK, "error": ToolStatus.ERROR, "timeout": ToolStatus.UNCERTAIN}
+_SIGNALS = ("user_stop", "stop_signal", "deadline")
+_EVENT_KEYS: dict[str, tuple[str, ...]] = {
+    "action": ("type", "tool", "args", "result", "round", "poll"),
+    "message": ("type", "kind", "text", "sources", "blockers"),
+    "verdict": ("type", "check", "passed", "of_event", "output"),
+    "signal": ("type", "name"),
+    "user": ("type", "text"),
+    "claim": ("type", "status", "condition", "evidence", "reason"),
+}
+_RESULT_KEYS = ("status", "exit_code", "output")
+_HEADER_KEYS = ("format", "version", "task", "policy")
+_TASK_KEYS = ("kind", "checks", "required_files", "protected")
+
+
+@attrs.frozen
+class Header:
+    """A trajectory's first line: the task and the policy overrides."""
+
+    task: TaskFacts
+    policy: Policy
+    policy_overrides: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Event:
+    """
+    One event of a trajectory, validated.
+
+    Args:
+        index: 1-based event number (line number minus one).
+        type: action, message, verdict, signal, user or claim.
+        data: the event's JSON object as read.
+    """
+
+    index: int
+    type: str
+    data: dict[str, Any]
+
+    @property
+    def line(self) -> int:
+        """The event's line in the file."""
+        return self.index + 1
+
+
+@attrs.frozen
+class Trajectory:
+    """A parsed, validated trajectory."""
+
+    header: Header
+    events: tuple[Event, ...]
+
+
+@attrs.frozen
+class Step:
+    """The controller's decision at one processed event."""
+
+    index: int
+    decision: Decision
+    progress: bool
+    reason: str = ""
+
+
+@attrs.frozen
+class Replay:
+    """
+    The outcome of replaying a trajectory.
+
+    ``disposition`` is a terminal disposition, or ``open`` when the trajectory
+    ended before the controller stopped it.
+    """
+
+    disposition: str
+    stop_reason: str | None
+    stopped_at: int | None
+    events: int
+    policy_version: str
+    steps: tuple[Step, ...]
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the ``proctor replay --json`` document."""
+        return {
+            "disposition": self.disposition,
+            "stop_reason": self.stop_reason,
+            "stopped_at": self.stopped_at,
+            "events": self.events,
+            "policy_version": self.policy_version,
+            "steps": [
+                {"index": s.index, "decision": s.decision.value, "progress": s.progress}
+                for s in self.steps
+            ],
+        }
+
+
+# -- parsing ------------------------------------------------------------------
+
+
+def _fail(line: int, message: str) -> TrajectoryError:
+    return TrajectoryError(message, line=line)
+
+
+def _check_keys(obj: Mapping[str, Any], allowed: Sequence[str], line: int, what: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise _fail(line, f"unknown key {key!r} in {what}; accepted keys: {', '.join(allowed)}")
+
+
+def _need(obj: Mapping[str, Any], key: str, line: int, what: str) -> Any:
+    if key not in obj:
+        raise _fail(line, f"{what} needs the key {key!r}")
+    return obj[key]
+
+
+def _string(value: Any, line: int, where: str, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise _fail(line, f"{where} must be a string, got {json.dumps(value)}")
+    return value
+
+
+def _strings(value: Any, line: int, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(line, f"{where} must be a list of strings, got {json.dumps(value)}")
+    return tuple(value)
+
+
+def _bool(value: Any, line: int, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(line, f"{where} must be true or false, got {json.dumps(value)}")
+    return value
+
+
+def _int(value: Any, line: int, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(line, f"{where} must be a whole number, got {json.dumps(value)}")
+    return value
+
+
+def _choice(value: Any, options: Sequence[str], line: int, where: str) -> str:
+    if value not in options:
+        raise _fail(line, f"{where} must be one of {', '.join(options)}, got {json.dumps(value)}")
+    return cast(str, value)
+
+
+def _parse_header(obj: Any, overrides: Mapping[str, Any] | None) -> Header:
+    line = 1
+    if not isinstance(obj, dict):
+        raise _fail(line, "the header must be a JSON object")
+    _check_keys(obj, _HEADER_KEYS, line, "the header")
+    fmt = _need(obj, "format", line, "the header")
+    if fmt != FORMAT:
+        raise _fail(line, f"format must be {FORMAT!r}, got {json.dumps(fmt)}")
+    version = _need(obj, "version", line, "the header")
+    if isinstance(version, bool) or version != VERSION:
+        raise _fail(line, f"version {json.dumps(version)} is not supported; this reads version 1")
+    task = _need(obj, "task", line, "the header")
+    if not isinstance(task, dict):
+        raise _fail(line, "task must be a JSON object")
+    _check_keys(task, _TASK_KEYS, line, "task")
+    kind = _choice(_need(task, "kind", line, "task"), ("build", "answer"), line, "task.kind")
+    checks = _strings(task.get("checks", []), line, "task.checks")
+    required = _strings(task.get("required_files", []), line, "task.required_files")
+    protected = _strings(task.get("protected", []), line, "task.protected")
+    settings = obj.get("policy", {})
+    if not isinstance(settings, dict):
+        raise _fail(line, "policy must be a JSON object")
+    merged = {**settings, **(overrides or {})}
+    try:
+        policy = Policy.from_mapping(merged, where="policy")
+    except ConfigError as exc:
+        raise _fail(line, str(exc)) from None
+    facts = TaskFacts(
+        kind=cast(Literal["build", "answer"], kind),
+        checks=checks,
+        protected=tuple(normalize_path(p) for p in protected),
+        required_files=required,
+    )
+    return Header(facts, policy, merged)
+
+
+def _parse_event(obj: Any, index: int) -> Event:
+    line = index + 1
+    if not isinstance(obj, dict):
+        raise _fail(line, "an event must be a JSON object")
+    kind = _choice(_need(obj, "type", line, "an event"), tuple(_EVENT_KEYS), line, "type")
+    what = f"a {kind} event"
+    _check_keys(obj, _EVENT_KEYS[kind], line, what)
+    if kind == "action":
+        _string(_need(obj, "tool", line, what), line, "tool")
+        if not isinstance(obj.get("args", {}), dict):
+            raise _fail(line, "args must be a JSON object")
+        result = _need(obj, "result", line, what)
+        if not isinstance(result, dict):
+            raise _fail(line, "result must be a JSON object")
+        _check_keys(result, _RESULT_KEYS, line, "result")
+        _choice(_need(result, "status", line, "result"), tuple(_STATUS), line, "result.status")
+        if result.get("exit_code") is not None:
+            _int(result["exit_code"], line, "result.exit_code")
+        _string(result.get("output", ""), line, "result.output")
+        rnd = obj.get("round")
+        if rnd is not None and (isinstance(rnd, bool) or not isinstance(rnd, int | str)):
+            raise _fail(line, f"round must be a number or a string, got {json.dumps(rnd)}")
+        _bool(obj.get("poll", False), line, "poll")
+    elif kind == "message":
+        _choice(
+            _need(obj, "kind", line, what), [k.value for k in MessageKind], line, "message kind"
+        )
+        _string(obj.get("text", ""), line, "text")
+        _strings(obj.get("sources", []), line, "sources")
+        _strings(obj.get("blockers", []), line, "blockers")
+    elif kind == "verdict":
+        _string(_need(obj, "check", line, what), line, "check")
+        _bool(_need(obj, "passed", line, what), line, "passed")
+        if obj.get("of_event") is not None:
+            of_event = _int(obj["of_event"], line, "of_event")
+            if not 0 <= of_event < index:
+                raise _fail(
+                    line,
+                    f"of_event {of_event} must name an earlier event (0 to {index - 1}; "
+                    "0 is the start)",
+                )
+        _string(obj.get("output", ""), line, "output")
+    elif kind == "signal":
+        _choice(_need(obj, "name", line, what), _SIGNALS, line, "signal name")
+    elif kind == "user":
+        _string(obj.get("text", ""), line, "text")
+    else:
+        _choice(_need(obj, "status", line, what), ("blocked", "needs_input"), line, "status")
+        _string(obj.get("condition", ""), line, "condition")
+        _strings(obj.get("evidence", []), line, "evidence")
+        _string(obj.get("reason", ""), line, "reason")
+    return Event(index, kind, obj)
+
+
+def parse_trajectory(
+    lines: Iterable[str], policy_overrides: Mapping[str, Any] | None = None
+) -> Trajectory:
+    """
+    Parse and validate a trajectory from its lines.
+
+    Args:
+        lines: the file's lines (with or without line ends).
+        policy_overrides: settings that replace the header's policy.
+
+    Raises:
+        TrajectoryError: the input is not a valid v1 trajectory; the message names the line.
+    """
+    raw = [line.rstrip("\r\n") for line in lines]
+    while raw and not raw[-1].strip():
+        raw.pop()
+    if not raw:
+        raise TrajectoryError("the file is empty; line 1 must be the trajectory header", line=1)
+    parsed: list[Any] = []
+    for number, text in enumerate(raw, start=1):
+        if number == 1:
+            text = text.removeprefix("\ufeff")
+        if not text.strip():
+            raise _fail(number, "empty line; every line after the header must be one JSON event")
+        try:
+            parsed.append(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise _fail(number, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    header = _parse_header(parsed[0], policy_overrides)
+    events = tuple(_parse_event(obj, index) for index, obj in enumerate(parsed[1:], start=1))
+    return Trajectory(header, events)
+
+
+def read_trajectory(
+    path: str | Path, policy_overrides: Mapping[str, Any] | None = None
+) -> Trajectory:
+    """
+    Read and validate a trajectory file.
+
+    Raises:
+        TrajectoryError: the file cannot be read or is not a valid v1 trajectory.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TrajectoryError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise TrajectoryError(f"{path} is not UTF-8 text ({exc.reason})") from exc
+    return parse_trajectory(text.split("\n"), policy_overrides)
+
+
+# -- the workspace model --------------------------------------------------------
+
+
+def _entry_hash(path: str, state: str) -> int:
+    return int(digest(f"{path}\0{state}"), 16)
+
+
+@attrs.define(eq=False)
+class FileModel:
+    """
+    What the replay knows of the workspace: the effect of the writes it has seen.
+
+    Files never written are in their (unknown) original state. An edit of a file
+    whose content is unknown is kept symbolically, and an edit that undoes the
+    previous one cancels it, so an edit/revert returns to the earlier digest.
+    The digest is an order-independent sum kept incrementally.
+    """
+
+    _files: dict[str, tuple[str | None, tuple[tuple[str, str], ...], str]] = attrs.field(
+        factory=dict
+    )
+    _sum: int = 0
+    _seen: set[str] = attrs.field(factory=set)
+
+    @property
+    def digest(self) -> str:
+        """The candidate digest of the model."""
+        return f"{self._sum:032x}"
+
+    def exists(self, path: str) -> bool:
+        """Whether the file is known to exist (seen written, edited or read)."""
+        entry = self._files.get(path)
+        if entry is not None:
+            return entry[2] != "deleted"
+        return path in self._seen
+
+    def existing(self) -> tuple[str, ...]:
+        """The paths known to exist."""
+        return tuple(sorted(p for p in set(self._files) | self._seen if self.exists(p)))
+
+    def seen(self, path: str) -> None:
+        """Note that a file was seen to exist (a successful read)."""
+        self._seen.add(path)
+
+    def _set(
+        self, path: str, base: str | None, edits: tuple[tuple[str, str], ...], tag: str
+    ) -> None:
+        old = self._files.get(path)
+        if old is not None:
+            self._sum = (self._sum - _entry_hash(path, self._state(old))) & _MASK
+        new = (base, edits, tag)
+        self._files[path] = new
+        self._sum = (self._sum + _entry_hash(path, self._state(new))) & _MASK
+
+    @staticmethod
+    def _state(entry: tuple[str | None, tuple[tuple[str, str], ...], str]) -> str:
+        base, edits, tag = entry
+        return json.dumps([tag, None if base is None else digest(base), list(edits)])
+
+    def _revert(self, path: str) -> None:
+        old = self._files.pop(path, None)
+        if old is not None:
+            self._sum = (self._sum - _entry_hash(path, self._state(old))) & _MASK
+
+    def apply(self, tool: str, args: Mapping[str, Any], status: ToolStatus) -> None:
+        """Apply the effect of one action on the model."""
+        raw = args.get("path")
+        if tool not in ("write_file", "edit_file", "delete_file", "read_file"):
+            return
+        if not isinstance(raw, str):
+            return
+        path = normalize_path(raw)
+        if tool == "read_file":
+            if status is ToolStatus.OK:
+                self.seen(path)
+            return
+        if status is ToolStatus.ERROR:
+            return
+        if status is ToolStatus.UNCERTAIN:
+            intended = json.dumps([tool, args.get("content"), args.get("old"), args.get("new")])
+            self._set(path, None, (("uncertain", intended),), "uncertain")
+            return
+        entry = self._files.get(path)
+        if tool == "write_file":
+            content = args.get("content")
+            content = content if isinstance(content, str) else json.dumps(content)
+            if entry is not None and entry[2] == "file" and entry[0] == content and not entry[1]:
+                return
+            self._set(path, content, (), "file")
+        elif tool == "delete_file":
+            if entry is not None and entry[2] == "deleted":
+                return
+            self._set(path, None, (), "deleted")
+        else:
+            old, new = args.get("old"), args.get("new")
+            if not isinstance(old, str) or not isinstance(new, str) or old == new:
+                return
+            base, edits, tag = entry if entry is not None else (None, (), "original")
+            if tag in ("deleted", "uncertain"):
+                base, edits, tag = None, (), "original"
+            if base is not None and not edits and old in base:
+                self._set(path, base.replace(old, new, 1), (), tag)
+                return
+            if edits and edits[-1] == (new, old):
+                edits = edits[:-1]
+            else:
+                edits = (*edits, (old, new))
+            if not edits and base is None and tag == "original":
+                self._revert(path)
+            else:
+                self._set(path, base, edits, tag)
+
+
+# -- replay ---------------------------------------------------------------------
+
+
+def _call(data: Mapping[str, Any]) -> ToolCall:
+    return ToolCall(
+        tool=data["tool"], args=dict(data.get("args") or {}), poll=bool(data.get("poll"))
+    )
+
+
+def _result(data: Mapping[str, Any]) -> ToolResult:
+    result = data["result"]
+    return ToolResult(
+        status=_STATUS[result["status"]],
+        output=result.get("output", "") or "",
+        exit_code=result.get("exit_code"),
+    )
+
+
+def _groups(events: Sequence[Event]) -> list[list[Event]]:
+    groups: list[list[Event]] = []
+    for event in events:
+        rnd = event.data.get("round") if event.type == "action" else None
+        if (
+            rnd is not None
+            and groups
+            and groups[-1][-1].type == "action"
+            and groups[-1][-1].data.get("round") == rnd
+        ):
+            groups[-1].append(event)
+        else:
+            groups.append([event])
+    return groups
+
+
+def replay(trajectory: Trajectory) -> Replay:
+    """
+    Decide, offline, what the controller would have done with a trajectory.
+
+    Events after the stop are not processed.
+    """
+    header = trajectory.header
+    model = FileModel()
+    digests = [model.digest]  # digests[i]: the candidate after event i
+
+    def missing() -> tuple[str, ...]:
+        present = model.existing()
+        return tuple(
+            p for p in header.task.required_files if not any(matches(f, (p,)) for f in present)
+        )
+
+    judge = Judge(
+        task=header.task, policy=header.policy, digest=model.digest, missing_files=missing
+    )
+    steps: list[Step] = []
+    stopped_at: int | None = None
+    for group in _groups(trajectory.events):
+        rulings: list[Ruling]
+        if group[0].type == "action":
+            items: list[Act | Refused] = []
+            for event in group:
+                call = _call(event.data)
+                refusal = judge.admit(call)
+                if refusal is not None:
+                    items.append(Refused(call, refusal))
+                    digests.append(model.digest)
+                    continue
+                result = _result(event.data)
+                before = model.digest
+                model.apply(call.tool, call.args, result.status)
+                digests.append(model.digest)
+                items.append(Act(call, result, before, model.digest))
+            rulings = judge.round(items)
+        else:
+            event = group[0]
+            rulings = [_decide(judge, event, digests)]
+            digests.append(model.digest)
+        for event, ruling in zip(group, rulings, strict=True):
+            steps.append(Step(event.index, ruling.decision, ruling.progress, ruling.reason))
+            if ruling.decision is Decision.STOP:
+                stopped_at = event.index
+        if stopped_at is not None:
+            break
+    reason = judge.stop_reason
+    return Replay(
+        disposition=judge.disposition.value if judge.disposition else "open",
+        stop_reason=reason.code if reason else None,
+        stopped_at=stopped_at,
+        events=len(trajectory.events),
+        policy_version=header.policy.version,
+        steps=tuple(steps),
+        message=reason.message if reason else "",
+    )
+
+
+def _decide(judge: Judge, event: Event, digests: list[str]) -> Ruling:
+    data = event.data
+    if event.type == "message":
+        return judge.message(
+            Message(
+                kind=MessageKind(data["kind"]),
+                text=data.get("text", "") or "",
+                sources=tuple(data.get("sources", [])),
+                blockers=tuple(data.get("blockers", [])),
+            )
+        )
+    if event.type == "verdict":
+        of_event = data.get("of_event")
+        judged = digests[of_event] if of_event is not None else digests[event.index - 1]
+        return judge.verdict(
+            Verdict(data["check"], data["passed"], judged, data.get("output", "") or "")
+        )
+    if event.type == "signal":
+        return judge.signal(data["name"])
+    if event.type == "user":
+        return judge.user(data.get("text", "") or "")
+    return judge.claim(
+        Claim(
+            status=data["status"],
+            condition=data.get("condition", "") or "",
+            evidence=tuple(data.get("evidence", [])),
+            reason=data.get("reason", "") or "",
+        )
+    )
+
+
+def diff_replays(a: Replay, b: Replay) -> list[dict[str, Any]]:
+    """
+    Return the events where two replays of one trajectory decide differently.
+
+    Each entry has the event index and both decisions (None where one replay had
+    already stopped).
+    """
+    left = {s.index: s for s in a.steps}
+    right = {s.index: s for s in b.steps}
+    out = []
+    for index in sorted(set(left) | set(right)):
+        x, y = left.get(index), right.get(index)
+        dx = x.decision.value if x else None
+        dy = y.decision.value if y else None
+        if dx != dy or (x and y and x.progress != y.progress):
+            out.append(
+                {
+                    "index": index,
+                    "a": dx,
+                    "b": dy,
+                    "a_reason": x.reason if x else "",
+                    "b_reason": y.reason if y else "",
+                }
+            )
+    return out

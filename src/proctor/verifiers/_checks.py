@@ -1,0 +1,335 @@
+"""
+Checks: the commands that decide whether a candidate is acceptable.
+
+A check runs on a frozen snapshot of the candidate, outside the actor's reach, and
+returns :class:`~proctor.verifiers._evidence.Evidence` bound to the snapshot's
+digest and to the contract's version. A check never raises for what its command
+does: a command that fails, hangs or cannot start is evidence that it did not pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import signal
+import subprocess
+import time
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, Final
+
+import anyio
+import attrs
+import structlog
+from anyio.abc import ByteReceiveStream, Process
+
+from proctor._errors import ConfigError
+from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
+
+__all__ = ("CommandCheck", "contract_version")
+
+log = structlog.get_logger()
+
+_SHELL: Final = "/bin/sh"
+# The output tail kept in memory: enough bytes for EXCERPT_CHARS characters of UTF-8.
+_TAIL_BYTES: Final = EXCERPT_CHARS * 4
+# How long to wait for the output to close once the command has exited and its
+# process group is gone: a process that left the group may still hold it open.
+_DRAIN_GRACE: float = 5.0
+# JUnit reports larger than this are not parsed.
+_JUNIT_MAX_BYTES: Final = 64 * 1024 * 1024
+
+
+def _as_run(value: Sequence[str] | str) -> tuple[str, ...] | str:
+    # Lists (from TOML, or written by hand) become tuples: the check is frozen and hashable.
+    return value if isinstance(value, str) else tuple(value)
+
+
+def _check_run(instance: CommandCheck, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, str):
+        if not value.strip():
+            raise ConfigError(f"check {instance.name!r}: 'run' is an empty shell command")
+        return
+    if not value or not all(isinstance(arg, str) for arg in value):
+        raise ConfigError(
+            f"check {instance.name!r}: 'run' must be a shell string or a non-empty list of"
+            f" strings (argv), not {value!r}"
+        )
+
+
+def _check_name(instance: CommandCheck, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not value:
+        raise ConfigError("a check needs a non-empty 'name'")
+
+
+def _check_time_limit(
+    instance: CommandCheck, attribute: attrs.Attribute[Any], value: float
+) -> None:
+    if not value > 0 or math.isinf(value):
+        raise ConfigError(
+            f"check {instance.name!r}: 'time_limit' must be a positive number of seconds,"
+            f" not {value!r}"
+        )
+
+
+def _check_junit(
+    instance: CommandCheck, attribute: attrs.Attribute[Any], value: str | None
+) -> None:
+    if value is None:
+        return
+    path = PurePosixPath(value)
+    if not value or path.is_absolute() or ".." in path.parts:
+        raise ConfigError(
+            f"check {instance.name!r}: 'junit' must be a path relative to the workspace"
+            f" that stays inside it, such as 'report.xml', not {value!r}"
+        )
+
+
+@attrs.frozen
+class CommandCheck:
+    """
+    A check that runs a command on the candidate and passes on the expected exit code.
+
+    Args:
+        name: the check's name, unique within a contract.
+        run: the command: an argv (a list is accepted and kept as a tuple) or a shell
+            string, run with ``/bin/sh -c``.
+        expect_exit: the exit code that means the check passed.
+        time_limit: seconds before the command's whole process group is killed and
+            the check fails.
+        required: whether completion needs this check to pass.
+        junit: a path, relative to the candidate, of a JUnit XML report the command
+            writes; the names of its failing test cases become the evidence's
+            ``failing_tests``.
+
+    Raises:
+        ConfigError: an empty name or command, a time limit that is not a positive
+            number, or a report path that leaves the candidate.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    run: tuple[str, ...] | str = attrs.field(converter=_as_run, validator=_check_run)
+    expect_exit: int = 0
+    time_limit: float = attrs.field(default=600.0, validator=_check_time_limit)
+    required: bool = True
+    junit: str | None = attrs.field(default=None, validator=_check_junit)
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The argv the check runs (a shell string becomes ``/bin/sh -c``)."""
+        return (_SHELL, "-c", self.run) if isinstance(self.run, str) else self.run
+
+    async def run_check(self, snapshot: Path, digest: str, contract_version: str) -> Evidence:
+        """
+        Run the command in the snapshot directory and return its evidence.
+
+        The command runs in its own session and process group, with stdin from
+        ``/dev/null``, stdout and stderr merged, and ``PROCTOR_SNAPSHOT=1`` in its
+        environment. When it exits, whatever it left running in its group is killed;
+        at the time limit the whole group is killed and the check fails. A command
+        that cannot start fails the check with the error in the excerpt. If
+        ``junit`` is set, a stale report in the snapshot is removed before the run.
+
+        Args:
+            snapshot: the frozen candidate; the command runs there and may write there.
+            digest: the snapshot's tree digest, which the evidence is bound to.
+            contract_version: the contract's version, which the evidence is bound to.
+        """
+        argv = self.argv
+        notes: list[str] = []
+        findings: list[str] = []
+        output = _Output()
+        exit_code: int | None = None
+        started = time.monotonic()
+        report = Path(snapshot, self.junit) if self.junit is not None else None
+        if report is not None:
+            try:
+                report.unlink(missing_ok=True)
+            except OSError as exc:
+                notes.append(f"a stale JUnit report {self.junit} could not be removed: {exc}")
+        env = dict(os.environ, PROCTOR_SNAPSHOT="1")
+        try:
+            process = await anyio.open_process(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=snapshot,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            notes.append(f"the command could not start: {exc}")
+            findings.append("not_started")
+        else:
+            try:
+                exit_code, held_open = await self._supervise(process, output)
+            finally:
+                # Also reached on cancellation (the run ended): nothing is orphaned.
+                _kill_group(process.pid)
+                with anyio.move_on_after(5, shield=True):
+                    await process.aclose()
+            if exit_code is None:
+                notes.append(
+                    f"time limit of {self.time_limit:g}s reached; the process group was killed"
+                )
+                findings.append("time_limit")
+                exit_code = process.returncode
+            elif held_open:
+                notes.append(
+                    "the command exited but a process outside its group kept the output"
+                    " open; the output may be incomplete"
+                )
+                findings.append("output_held_open")
+        duration = time.monotonic() - started
+        ran_out = "time_limit" in findings or "not_started" in findings
+        passed = not ran_out and exit_code == self.expect_exit
+        failing: tuple[str, ...] = ()
+        if report is not None and "not_started" not in findings:
+            failing = _failing_tests(report, self.junit or "", notes, findings)
+        evidence = Evidence(
+            candidate_digest=digest,
+            contract_version=contract_version,
+            check=self.name,
+            passed=passed,
+            command=argv,
+            exit_code=exit_code,
+            output_digest=output.digest.hexdigest(),
+            excerpt=output.excerpt(notes),
+            duration=duration,
+            failing_tests=failing,
+            at=time.time(),
+            findings=tuple(findings),
+            required=self.required,
+        )
+        log.info(
+            "verifier.check_finished",
+            check=self.name,
+            passed=passed,
+            exit_code=exit_code,
+            digest=digest,
+            findings=evidence.findings,
+        )
+        return evidence
+
+    async def _supervise(self, process: Process, output: _Output) -> tuple[int | None, bool]:
+        """
+        Read the output while waiting for the command, within the time limit.
+
+        Returns:
+            The exit code (None if the time limit came first) and whether the output
+            was still held open once the command had exited and its group was killed.
+        """
+        assert process.stdout is not None
+        stdout = process.stdout
+        drained = anyio.Event()
+        exit_code: int | None = None
+
+        async def drain() -> None:
+            await output.read(stdout)
+            drained.set()
+
+        with anyio.move_on_after(self.time_limit):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain)
+                exit_code = await process.wait()
+                # Children left in the group would keep the output open.
+                _kill_group(process.pid)
+                with anyio.move_on_after(_DRAIN_GRACE):
+                    await drained.wait()
+                tg.cancel_scope.cancel()
+        return exit_code, exit_code is not None and not drained.is_set()
+
+
+@attrs.define(eq=False)
+class _Output:
+    """A command's output: a digest of all of it and a bounded tail."""
+
+    digest: hashlib.blake2b = attrs.field(factory=lambda: hashlib.blake2b(digest_size=16))
+    tail: bytearray = attrs.field(factory=bytearray)
+
+    async def read(self, stream: ByteReceiveStream) -> None:
+        async for chunk in stream:
+            self.digest.update(chunk)
+            self.tail += chunk
+            if len(self.tail) > 2 * _TAIL_BYTES:
+                del self.tail[:-_TAIL_BYTES]
+
+    def excerpt(self, notes: Sequence[str]) -> str:
+        """Return the end of the output, then the verifier's notes, within EXCERPT_CHARS."""
+        text = self.tail[-_TAIL_BYTES:].decode("utf-8", errors="replace")
+        if not notes:
+            return text[-EXCERPT_CHARS:]
+        note_text = "\n".join(f"[proctor] {note}" for note in notes)[:EXCERPT_CHARS]
+        room = EXCERPT_CHARS - len(note_text) - 1
+        text = text.rstrip("\n")[-room:] if room > 0 else ""
+        return f"{text}\n{note_text}" if text else note_text
+
+
+def _kill_group(pgid: int) -> None:
+    # ProcessLookupError: the group is already gone. PermissionError: some systems
+    # refuse to signal a group whose only members are zombies.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _failing_tests(
+    report: Path, name: str, notes: list[str], findings: list[str]
+) -> tuple[str, ...]:
+    """Read the names of the failing test cases from a JUnit XML report."""
+    try:
+        size = report.stat().st_size
+    except FileNotFoundError:
+        notes.append(f"the JUnit report {name} was not written")
+        findings.append("junit_missing")
+        return ()
+    except OSError as exc:
+        notes.append(f"the JUnit report {name} could not be read: {exc}")
+        findings.append("junit_invalid")
+        return ()
+    if size > _JUNIT_MAX_BYTES:
+        notes.append(f"the JUnit report {name} is too large to read ({size} bytes)")
+        findings.append("junit_invalid")
+        return ()
+    try:
+        root = ElementTree.parse(report).getroot()
+    except (ElementTree.ParseError, OSError) as exc:
+        notes.append(f"the JUnit report {name} could not be parsed: {exc}")
+        findings.append("junit_invalid")
+        return ()
+    failing: set[str] = set()
+    for case in root.iter("testcase"):
+        if case.find("failure") is None and case.find("error") is None:
+            continue
+        test = case.get("name", "")
+        classname = case.get("classname", "")
+        failing.add(f"{classname}.{test}" if classname else test)
+    return tuple(sorted(failing))
+
+
+def contract_version(payload: Any) -> str:
+    """
+    Compute the version of an acceptance contract from its content.
+
+    The version is a blake2b digest (16 bytes, hex) of the canonical JSON of the
+    content: sorted keys, compact separators. Any change to the content changes it;
+    key order and list-versus-tuple do not.
+
+    Args:
+        payload: the contract's content as JSON-able data (a dict of checks,
+            protected paths, ...).
+
+    Raises:
+        ConfigError: the payload is not JSON-able (or holds NaN or infinity).
+    """
+    try:
+        text = json.dumps(
+            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"the contract's content is not JSON-able: {exc}") from exc
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
