@@ -295,9 +295,7 @@ def test_strip_volatile_is_idempotent_on_any_text(text: str) -> None:
 # --- fingerprints stable under volatile values -------------------------------
 
 _prose = st.text(alphabet=string.ascii_lowercase + " .,;\n", max_size=30)
-_moments = st.datetimes(
-    min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(2100, 1, 1)
-)
+_moments = st.datetimes(min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(2100, 1, 1))
 _time_formats = st.sampled_from(
     [
         dt.datetime.isoformat,
@@ -400,7 +398,11 @@ FAILED test_calc.py::{test} - assert 1 == {value}
 
 
 def _pytest_output(
-    echo: str = "$ pytest -q", test: str = "test_add", value: int = 2, n: int = 12, secs: str = "0.12"
+    echo: str = "$ pytest -q",
+    test: str = "test_add",
+    value: int = 2,
+    n: int = 12,
+    secs: str = "0.12",
 ) -> str:
     return _PYTEST_FAIL.format(echo=echo, test=test, value=value, n=n, secs=secs)
 
@@ -477,9 +479,7 @@ def test_failure_signature_deduplicates_error_lines() -> None:
 
 
 def test_failure_signature_uses_the_last_line() -> None:
-    assert failure_signature("error: x\nstep a\n", 1) != failure_signature(
-        "error: x\nstep b\n", 1
-    )
+    assert failure_signature("error: x\nstep a\n", 1) != failure_signature("error: x\nstep b\n", 1)
 
 
 def test_failure_signature_without_error_lines_uses_the_output() -> None:

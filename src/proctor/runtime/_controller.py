@@ -50,7 +50,7 @@ from proctor.budgets._budget import Exhaustion, Ledger
 from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, run_actor
 from proctor.runtime._journal import Journal, open_journal
 from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
-from proctor.runtime._normalize import canonical_json, digest
+from proctor.runtime._normalize import canonical_json, digest, fingerprint
 from proctor.runtime._outcome import Candidate, Handoff, RunResult
 from proctor.runtime._process import ProcessGroups
 from proctor.runtime._records import (
@@ -147,6 +147,7 @@ class Controller:
     _deadline: Deadline | None = None
     _effects: int = 0
     final_digest: str = ""
+    _actor_done: bool = False
     handoff: Handoff | None = None
 
     # -- plumbing ---------------------------------------------------------------
@@ -199,19 +200,22 @@ class Controller:
         ruling: Ruling,
         *,
         action: str | None = None,
-        status: ToolStatus | None = None,
+        result: ToolResult | None = None,
         event: dict[str, Any] | None = None,
     ) -> TraceRecord:
         """Journal one step; only then may it be reported."""
         self.step += 1
+        fp = ruling.result_fingerprint
+        if fp is None and result is not None:
+            fp = fingerprint(result.output)
         record = TraceRecord(
             trace_id=self.trace_id,
             run_id=self.run_id,
             step=self.step,
             kind=kind,
             action=action,
-            tool_status=status,
-            result_fingerprint=ruling.result_fingerprint,
+            tool_status=result.status if result is not None else None,
+            result_fingerprint=fp,
             state_version=self.judge.state_version,
             state_delta=ruling.delta,
             remaining=dict(self.remaining),
@@ -270,6 +274,7 @@ class Controller:
             if isinstance(message, Deadline):
                 self._deadline = message
             elif isinstance(message, ActorFinished):
+                self._actor_done = True
                 await self._wrap_up(
                     lambda: self.judge.fail(
                         "actor_finished",
@@ -277,6 +282,7 @@ class Controller:
                     ),
                 )
             elif isinstance(message, ActorCrashed):
+                self._actor_done = True
                 ruling = self.judge.fail("actor_crashed", f"the actor crashed: {message.error}")
                 await self._record("ended", ruling, event=None)
             elif isinstance(message, ToolCall | Round | Message | Completion | Claim):
@@ -353,7 +359,7 @@ class Controller:
         for item, result, ruling in zip(items, results, rulings, strict=True):
             action = normalized_action(item.call)
             event = _action_event(item.call, result, round_id)
-            await self._record("action", ruling, action=action, status=result.status, event=event)
+            await self._record("action", ruling, action=action, result=result, event=event)
             last = ruling
         if self.judge.terminal:
             return
@@ -424,19 +430,26 @@ class Controller:
 
     # -- verification -----------------------------------------------------------------
 
-    async def _verify(self) -> None:
-        """Freeze the candidate and have the verifier judge it."""
+    async def _verify(self, report: bool = True) -> None:
+        """
+        Freeze the candidate and have the verifier judge it.
+
+        Args:
+            report: tell the actor the verdict (it asked for it); a wrap-up
+                verification that the actor did not ask for reports nothing.
+        """
         current = await self._digest()
         self.judge.digest = current
         known = self.judge.evidence.get(current, {})
         names = [c.name for c in self.task.checks]
         if names and all(name in known for name in names):
             failing = [n for n in names if not known[n]]
-            await self._observe(
-                ObservationKind.VERDICT,
-                "this candidate was already judged: "
-                + (f"failing {', '.join(failing)}" if failing else "every check passed"),
-            )
+            if report:
+                await self._observe(
+                    ObservationKind.VERDICT,
+                    "this candidate was already judged: "
+                    + (f"failing {', '.join(failing)}" if failing else "every check passed"),
+                )
             return
         snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
         await anyio.to_thread.run_sync(freeze, self.task.workspace, snapshot, self.task.ignore)
@@ -476,7 +489,7 @@ class Controller:
             lines.append(f"check {evidence.check} {status} on {result.digest[:12]}{detail}")
         if self.judge.terminal:
             return
-        if last is not None and last.decision is Decision.STOP:
+        if (last is not None and last.decision is Decision.STOP) or not report:
             return
         await self._observe(ObservationKind.VERDICT, "\n".join(lines))
 
@@ -487,7 +500,7 @@ class Controller:
     ) -> None:
         """Verify the candidate with the controller's reserve; end otherwise if it fails."""
         if self.task.kind == "build" and self.task.checks:
-            await self._verify()
+            await self._verify(report=False)
         if not self.judge.terminal:
             await self._record("ended", otherwise(), event=event)
 
@@ -538,13 +551,21 @@ class Controller:
             candidate_digest=self.final_digest,
             handoff=to_jsonable(self.handoff),
         )
-        await self._observe(
-            ObservationKind.ENDED,
-            f"the run has ended: {self.judge.disposition.value}"
+        ended = Observation(
+            step=self.step,
+            kind=ObservationKind.ENDED,
+            text=f"the run has ended: {self.judge.disposition.value}"
             + (f" ({self.judge.stop_reason.message})" if self.judge.stop_reason else ""),
+            remaining=dict(self.remaining),
+            disposition=self.judge.disposition,
         )
+        # An actor still busy with an earlier observation is not waited for.
+        with contextlib.suppress(
+            anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError
+        ):
+            self.to_actor.send_nowait(ended)
         with anyio.move_on_after(AFTER_END_WAIT * AFTER_END_LIMIT):
-            for _ in range(AFTER_END_LIMIT):
+            for _ in range(0 if self._actor_done else AFTER_END_LIMIT):
                 with anyio.move_on_after(AFTER_END_WAIT) as scope:
                     message = await self._receive()
                 if scope.cancelled_caught or isinstance(message, ActorFinished | ActorCrashed):
@@ -560,7 +581,7 @@ class Controller:
                             "action",
                             ruling,
                             action=normalized_action(call),
-                            status=ToolStatus.REFUSED,
+                            result=result,
                             event=None,
                         )
                         await self._observe(ObservationKind.REFUSAL, refused.reason, [result])

@@ -129,10 +129,10 @@ def collapse_whitespace(text: str) -> str:
 # ---------------------------------------------------------------------------
 # Volatile fields
 #
-# Each pattern sees the text left by the ones before it. Boundaries look at one
-# adjacent character only, and a placeholder counts as the word it replaced
-# (``_NOT_AFTER`` / ``_NOT_BEFORE``), so a replacement never opens a new match:
-# that is what makes strip_volatile idempotent.
+# Each pattern sees the text left by the ones before it. Boundaries look at the
+# adjacent character, and an adjacent placeholder counts as the word it replaced
+# (``_NOT_AFTER`` / ``_NOT_BEFORE``), so a replacement never opens a new match
+# for a pattern that ran earlier: that is what makes strip_volatile idempotent.
 
 _NOT_AFTER = r"(?<!\w)(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
 _NOT_BEFORE = r"(?!\w)(?!<[a-z]{3,4}>)"
@@ -142,15 +142,13 @@ _PATH_NOT_AFTER = r"(?<![\w.~/\\-])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
 _PATH_NOT_BEFORE = r"(?![\w.~-])(?!<[a-z]{3,4}>)"
 
 _TMP_ROOT_RE = re.compile(
-    _PATH_NOT_AFTER
-    + r"(?:"
+    _PATH_NOT_AFTER + r"(?:"
     # macOS per-user temp dirs: /var/folders/xx/<random>/T
     r"(?:/private)?/var/folders/[\w.-]+/[\w.-]+(?:/[TC](?![\w.~-]))?"
     r"|(?:/private)?(?:/var)?/tmp"
     r"|(?i:[a-z]:[\\/]+(?:users[\\/]+[^\\/\s\"']+[\\/]+appdata[\\/]+local[\\/]+temp"
     r"|windows[\\/]+temp))"
-    r")"
-    + _PATH_NOT_BEFORE
+    r")" + _PATH_NOT_BEFORE
 )
 _TMP_PART_RE = re.compile(
     r"(?<![\w.~-])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)(?:"
@@ -177,8 +175,7 @@ _ZONE = (
     r"|AE[SD]T|NZ[SD]T|[+-]\d{2}:?\d{2})"
 )
 _LOG_DATE_RE = re.compile(
-    _NOT_AFTER
-    + r"(?:"
+    _NOT_AFTER + r"(?:"
     # date(1) and ctime: "Mon Nov 30 01:30:09 UTC 2026"; syslog: "Nov 30 01:30:09"
     rf"(?:{_WEEKDAY},?\s+)?{_MONTH}\s+\d{{1,2}},?\s+(?:\d{{4}},?\s+)?{_CLOCK}"
     rf"(?:\s+{_ZONE})?(?:\s+\d{{4}})?"
@@ -188,8 +185,7 @@ _LOG_DATE_RE = re.compile(
     rf"|\d{{1,2}}/{_MONTH}/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}}(?:\s+[+-]\d{{4}})?"
     # "Nov 30, 2026"
     rf"|{_MONTH}\s+\d{{1,2}},?\s+\d{{4}}"
-    r")"
-    + _NOT_BEFORE
+    r")" + _NOT_BEFORE
 )
 _ISO_RE = re.compile(
     r"(?<![\w.])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
@@ -212,17 +208,14 @@ _ADDR_RE = re.compile(_NOT_AFTER + r"0[xX][0-9a-fA-F]+" + _NOT_BEFORE)
 _LONG_HEX_RE = re.compile(
     _NOT_AFTER + rf"(?={_HEX}*\d)(?={_HEX}*[a-fA-F]){_HEX}{{12,}}" + _NOT_BEFORE
 )
-_DUR_UNIT = (
-    r"(?:ms|us|µs|μs|ns|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?)"
-)
+_DUR_UNIT = r"(?:ms|us|µs|μs|ns|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?)"
 _DUR_RE = re.compile(
     r"(?<![\w.])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
     r"(?:\d+h ?)?(?:\d+m ?)?\d+(?:\.\d+)? ?" + _DUR_UNIT + _NOT_BEFORE
 )
-_PID_RE = re.compile(
-    r"(?i:(?<![\w-])(?:pp?id|pgid)(?:\s*[:=#]\s*|\s+))\d+" + _NOT_BEFORE
-    + r"|(?<![\w-])(?i:process)\s+\d{2,}" + _NOT_BEFORE
-)
+_PID_KEYWORD = r"(?i:(?<![\w-])(?:pp?id|pgid)(?:\s*[:=#]\s*|\s+))\d+"
+_PID_PROCESS = r"(?<![\w-])(?i:process)\s+\d{2,}"
+_PID_RE = re.compile(f"{_PID_KEYWORD}{_NOT_BEFORE}|{_PID_PROCESS}{_NOT_BEFORE}")
 _PID_DIGITS_RE = re.compile(r"\d+$")
 # syslog style "python[1234]:" after a program name.
 _PROG_PID_RE = re.compile(r"(?<=[\w.-])\[\d+\](?=:)")
@@ -345,12 +338,16 @@ def _error_lines(output: str) -> list[str]:
         is_error = False
         if line.startswith(_TRACEBACK_START):
             in_traceback = True
-        elif in_traceback and line.strip() and not line[0].isspace():
+        elif (
+            in_traceback
+            and line.strip()
+            and not line[0].isspace()
+            and not line.startswith(_TRACEBACK_GLUE)
+        ):
             # The first unindented line after a traceback names the exception,
             # whatever its type is called.
-            if not line.startswith(_TRACEBACK_GLUE):
-                is_error = True
-                in_traceback = False
+            is_error = True
+            in_traceback = False
         if is_error or _ERROR_LINE_RE.search(line):
             norm = normalize_output(line)
             if norm and norm not in seen:

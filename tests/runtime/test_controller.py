@@ -1,0 +1,274 @@
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from proctor import (
+    Budget,
+    CommandCheck,
+    Completion,
+    Disposition,
+    FunctionActor,
+    Message,
+    MessageKind,
+    Observation,
+    Policy,
+    Proposal,
+    ScriptedActor,
+    Task,
+    ToolCall,
+    run,
+)
+from proctor.runtime import ObservationKind, open_journal
+from proctor.runtime._process import group_alive
+
+PY = sys.executable
+
+
+def _project(root: Path) -> Path:
+    root.mkdir()
+    (root / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    tests = root / "tests"
+    tests.mkdir()
+    (tests / "test_calc.py").write_text(
+        "import sys, os\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n"
+        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+    return root
+
+
+def _task(root: Path, **kw: object) -> Task:
+    defaults: dict[str, object] = {
+        "goal": "make the tests pass",
+        "workspace": root,
+        "checks": (
+            CommandCheck("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]),
+        ),
+        "protected": ("tests/**",),
+    }
+    defaults.update(kw)
+    return Task(**defaults)  # type: ignore[arg-type]
+
+
+FIX = ToolCall("edit_file", {"path": "calc.py", "old": "a - b", "new": "a + b"})
+
+
+async def _steps(journal: Path, run_id: str) -> list[dict[str, object]]:
+    async with open_journal(journal) as j:
+        return await j.steps(run_id)
+
+
+async def test_build_rescue_completes_and_fences_later_writes(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    late_write = ToolCall("write_file", {"path": "calc.py", "content": "broken = True\n"})
+    actor = ScriptedActor([ToolCall("read_file", {"path": "calc.py"}), FIX, Completion("fixed"), late_write])
+    result = await run(_task(root), actor, journal)
+
+    assert result.disposition is Disposition.COMPLETED
+    assert result.stop_reason is not None
+    assert result.stop_reason.code == "checks_passed"
+    assert [e.passed for e in result.evidence] == [True]
+    assert result.evidence[0].candidate_digest == result.candidate.digest
+    # The write after completion was refused by the fence and never ran.
+    assert "a + b" in (root / "calc.py").read_text()
+    steps = await _steps(journal, result.run_id)
+    assert steps[-1]["decision"] == "refuse"
+    assert "fence" in str(steps[-1]["reason"])
+    async with open_journal(journal) as j:
+        effects = await j.effects(run_id=result.run_id)
+    assert [e.tool for e in effects] == ["edit_file"]
+    assert actor.observations[-1].kind is ObservationKind.REFUSAL
+
+
+async def test_messages_never_end_a_run(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    claims = [
+        Message(MessageKind.CHECKPOINT, "looking around"),
+        Message(MessageKind.FINAL_ANSWER, "All done, every test passes!"),
+        Message(MessageKind.CHECKPOINT, "still here"),
+    ]
+    result = await run(
+        _task(root, policy=Policy(stall_threshold=0)), ScriptedActor(list(claims)), tmp_path / "j"
+    )
+    # The tests still fail: no message, however confident, completed the run.
+    assert result.disposition is Disposition.FAILED
+    assert result.stop_reason is not None
+    assert result.stop_reason.code == "actor_finished"
+    steps = await _steps(tmp_path / "j", result.run_id)
+    message_steps = [s for s in steps if s["kind"] == "message"]
+    assert len(message_steps) == 3
+    assert all(s["decision"] != "stop" for s in message_steps)
+
+
+async def test_completion_needs_evidence_for_the_candidate_as_it_stands(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    # Verified failing, then fixed, but never verified again: no completion.
+    actor = ScriptedActor([Completion("done?"), FIX])
+    result = await run(_task(root, policy=Policy(stall_threshold=0)), actor, tmp_path / "j")
+    # The wrap-up verification after the actor stopped judges the fixed candidate.
+    assert result.disposition is Disposition.COMPLETED
+    digests = [e.candidate_digest for e in result.evidence]
+    assert len(set(digests)) == 2
+    assert [e.passed for e in result.evidence] == [False, True]
+    assert result.evidence[-1].candidate_digest == result.candidate.digest
+
+
+async def test_protected_write_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    cheat = ToolCall("write_file", {"path": "tests/test_calc.py", "content": "def test_add():\n    pass\n"})
+    result = await run(_task(root), ScriptedActor([cheat, Completion()]), tmp_path / "j")
+    assert "assert add(2, 3) == 5" in (root / "tests" / "test_calc.py").read_text()
+    assert result.disposition is Disposition.FAILED
+    steps = await _steps(tmp_path / "j", result.run_id)
+    assert steps[0]["decision"] == "refuse"
+    assert "protected" in str(steps[0]["reason"])
+
+
+@pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "link/secret"])
+async def test_paths_outside_the_workspace_are_refused(tmp_path: Path, path: str) -> None:
+    root = _project(tmp_path / "p")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("s3cret")
+    (root / "link").symlink_to(outside)
+    actor = ScriptedActor([ToolCall("read_file", {"path": path})])
+    await run(_task(root, policy=Policy(stall_threshold=0)), actor, tmp_path / "j")
+    result = actor.observations[1].results[0]
+    assert result.status.value == "error"
+    assert "refused" in result.output
+    assert "s3cret" not in result.output
+
+
+async def test_timed_out_command_is_uncertain_and_its_group_is_gone(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    slow = ToolCall("run_command", {"cmd": "sleep 30 & sleep 30"})
+    result = await run(
+        _task(root, command_time_limit=0.5, policy=Policy(stall_threshold=0)),
+        ScriptedActor([slow]),
+        journal,
+    )
+    steps = await _steps(journal, result.run_id)
+    assert steps[0]["tool_status"] == "uncertain"
+    async with open_journal(journal) as j:
+        effects = await j.effects(run_id=result.run_id)
+        groups = await j.processes(result.run_id)
+    assert [e.state for e in effects] == ["uncertain"]
+    assert len(groups) == 1
+    assert groups[0].ended_at is not None
+    assert not group_alive(groups[0].pgid)
+
+
+async def test_every_step_is_journaled_before_it_is_reported(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    seen: list[tuple[int, int]] = []
+    script: list[Proposal] = [
+        ToolCall("list_files", {"path": "."}),
+        Message(MessageKind.CHECKPOINT, "read next"),
+        ToolCall("read_file", {"path": "calc.py"}),
+        FIX,
+        Completion("fixed"),
+    ]
+
+    async def propose(observation: Observation) -> Proposal | None:
+        # A second connection sees only what was committed.
+        with sqlite3.connect(journal) as db:
+            (count,) = db.execute("SELECT count(*) FROM steps").fetchone()
+        seen.append((observation.step, count))
+        return script.pop(0) if script else None
+
+    result = await run(_task(root), FunctionActor(propose), journal)
+    assert result.disposition is Disposition.COMPLETED
+    assert len(seen) >= 5
+    assert all(count >= step for step, count in seen)
+
+
+async def test_trace_records_carry_every_invariant_9_field(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    result = await run(_task(root), ScriptedActor([FIX, Completion()]), journal)
+    with sqlite3.connect(journal) as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute("SELECT * FROM steps ORDER BY step").fetchall()
+    assert [r["step"] for r in rows] == list(range(1, result.steps + 1))
+    for row in rows:
+        for field in ("trace_id", "step", "state_version", "state_delta", "remaining",
+                      "decision", "policy_version"):
+            assert row[field] is not None, field
+    action = rows[0]
+    assert action["action"] is not None
+    assert action["tool_status"] == "ok"
+    assert action["result_fingerprint"] is not None
+    last = rows[-1]
+    assert last["stop_reason"] is not None
+    assert last["decision"] == "stop"
+
+
+async def test_step_budget_ends_the_run_after_a_wrap_up_verification(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    reads = [ToolCall("read_file", {"path": "calc.py"}), FIX] + [
+        ToolCall("list_files", {"path": "."}) for _ in range(10)
+    ]
+    budget = Budget({"steps": 4}, {"steps": 1})
+    result = await run(
+        _task(root, budget=budget, policy=Policy(stall_threshold=0)), ScriptedActor(reads), tmp_path / "j"
+    )
+    # Only the reserve was left: the controller verified, and the fix passed.
+    assert result.disposition is Disposition.COMPLETED
+    root2 = _project(tmp_path / "q")
+    result2 = await run(
+        _task(root2, budget=budget, policy=Policy(stall_threshold=0)),
+        ScriptedActor([ToolCall("list_files", {"path": "."})] * 10),
+        tmp_path / "j",
+    )
+    assert result2.disposition is Disposition.BUDGET_EXHAUSTED
+    assert result2.stop_reason is not None
+    assert result2.stop_reason.limit == "steps"
+    assert result2.stop_reason.bound == 3
+    assert [e.passed for e in result2.evidence] == [False]
+
+
+async def test_actor_crash_ends_the_run_failed(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+
+    async def propose(observation: Observation) -> Proposal | None:
+        raise RuntimeError("model went away")
+
+    result = await run(_task(root), FunctionActor(propose), tmp_path / "j")
+    assert result.disposition is Disposition.FAILED
+    assert result.stop_reason is not None
+    assert "model went away" in result.stop_reason.message
+
+
+async def test_no_progress_stops_a_looping_actor(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    loop = [ToolCall("read_file", {"path": "calc.py"})] * 20
+    result = await run(_task(root), ScriptedActor(list(loop)), tmp_path / "j")
+    assert result.disposition is Disposition.NO_PROGRESS
+    steps = await _steps(tmp_path / "j", result.run_id)
+    decisions = [s["decision"] for s in steps if s["kind"] != "verdict"]
+    assert decisions[:5] == ["continue", "continue", "nudge", "continue", "stop"]
+    # The repeat at the last rung was refused, not run: the stop cost no tool call.
+    assert steps[4]["tool_status"] == "refused"
+
+
+async def test_wall_clock_deadline_ends_a_slow_actor(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+
+    async def propose(observation: Observation) -> Proposal | None:
+        await anyio.sleep(30)
+        return None
+
+    budget = Budget({"wall_seconds": 0.5})
+    with anyio.fail_after(20):
+        result = await run(_task(root, budget=budget), FunctionActor(propose), tmp_path / "j")
+    assert result.disposition is Disposition.BUDGET_EXHAUSTED
+    assert result.stop_reason is not None
+    assert result.stop_reason.limit == "wall_seconds"
+

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "build_rescue" / "task.toml"
+
+INVARIANT_9 = (
+    "trace_id",
+    "step",
+    "action",
+    "tool_status",
+    "result_fingerprint",
+    "state_version",
+    "state_delta",
+    "remaining",
+    "decision",
+    "stop_reason",
+    "policy_version",
+)
+
+
+def proctor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proctor", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    journal = tmp_path_factory.mktemp("cli") / "proctor.db"
+    done = proctor("run", str(EXAMPLE), "--journal", str(journal))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = proctor("runs", "--journal", str(journal), "--json")
+    run_id = json.loads(rows.stdout)[0]["run_id"]
+    return journal, run_id, done.stdout
+
+
+def test_the_example_completes_and_shows_the_refused_write(
+    example_run: tuple[Path, str, str],
+) -> None:
+    _, _, out = example_run
+    assert "disposition: completed" in out
+    assert "evidence:    tests: passed" in out
+    refused = [line for line in out.splitlines() if "refuse" in line]
+    assert any("write_file" in line and "fence" in line for line in refused)
+
+
+def test_the_journal_has_one_full_trace_record_per_step(
+    example_run: tuple[Path, str, str],
+) -> None:
+    journal, run_id, _ = example_run
+    with sqlite3.connect(journal) as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute(
+            "SELECT * FROM steps WHERE run_id = ? ORDER BY step", (run_id,)
+        ).fetchall()
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+    actions = [r for r in rows if r["kind"] == "action"]
+    assert len(actions) >= 10
+    for row in actions:
+        for field in INVARIANT_9:
+            if field == "stop_reason":
+                continue
+            assert row[field] is not None, (row["step"], field)
+    stops = [r for r in rows if r["decision"] == "stop"]
+    assert len(stops) == 1
+    assert json.loads(stops[0]["stop_reason"])["code"] == "checks_passed"
+
+
+def test_show_prints_the_trace_and_the_handoff(example_run: tuple[Path, str, str]) -> None:
+    journal, run_id, _ = example_run
+    shown = proctor("show", run_id[:8], "--journal", str(journal))
+    assert shown.returncode == 0, shown.stderr
+    assert "handoff" in shown.stdout
+    assert "checks_passed" in shown.stdout
+    as_json = json.loads(proctor("show", run_id, "--journal", str(journal), "--json").stdout)
+    assert as_json["status"] == "completed"
+    assert as_json["handoff"]["owner"] == "none"
+    assert as_json["steps"][0]["step"] == 1
+
+
+def test_export_replays_to_the_same_decisions(
+    example_run: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    journal, run_id, _ = example_run
+    out = tmp_path / "run.jsonl"
+    exported = proctor("export", run_id, "--journal", str(journal), "-o", str(out))
+    assert exported.returncode == 0, exported.stderr
+    replayed = proctor("replay", str(out), "--json")
+    assert replayed.returncode == 0, replayed.stderr
+    document = json.loads(replayed.stdout)
+    assert document["disposition"] == "completed"
+    shown = json.loads(proctor("show", run_id, "--journal", str(journal), "--json").stdout)
+    live = [
+        (s["decision"], bool(s["progress"]))
+        for s in shown["steps"]
+        if s["event"] is not None
+    ]
+    offline = [(s["decision"], s["progress"]) for s in document["steps"]]
+    assert offline == live
+
+
+def test_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
+    shown = proctor("show", "nosuchrun", "--journal", str(tmp_path / "j.db"))
+    assert shown.returncode == 2
+    assert "nosuchrun" in shown.stderr
+
+
+def test_a_malformed_task_file_names_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "task.toml"
+    bad.write_text('[task]\ngoal = "x"\nkind = "bulid"\n')
+    done = proctor("run", str(bad), "--journal", str(tmp_path / "j.db"))
+    assert done.returncode == 2
+    assert "task.kind" in done.stderr
+    assert "task.toml:3" in done.stderr
+    assert "'build' or 'answer'" in done.stderr
