@@ -7,6 +7,7 @@ Proposals are a tagged union whose tag is ``type`` (``action``, ``round``,
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any, TypeVar
 
@@ -36,6 +37,36 @@ PROPOSAL_TAGS: dict[type, str] = {
 }
 
 converter = make_converter(forbid_extra_keys=True)
+
+
+def _strict(kind: type, *accepted: type) -> Any:
+    def structure(value: Any, cls: Any) -> Any:
+        if cls is not kind and isinstance(cls, type) and issubclass(cls, enum.Enum):
+            return cls(value)  # an enum whose values are strings or numbers
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}, got a boolean")
+        if not isinstance(value, accepted):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}: {value!r}")
+        return kind(value)
+
+    return structure
+
+
+# JSON from agents and files is checked, not coerced: "3" is no number, 1.5 no whole
+# number, and a string is no list of strings.
+converter.register_structure_hook(str, _strict(str, str))
+converter.register_structure_hook(int, _strict(int, int))
+converter.register_structure_hook(float, _strict(float, int, float))
+converter.register_structure_hook(bool, _strict(bool, bool))
+
+
+def _strings(value: Any, _: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _strings)
 configure_tagged_union(
     Proposal,
     converter,

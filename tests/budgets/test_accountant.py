@@ -86,9 +86,7 @@ async def accountant(
 
     async def serve() -> None:
         try:
-            await run_accountant(
-                ledger, req_rx, rep_tx, journal, clock=clock or FakeClock()
-            )
+            await run_accountant(ledger, req_rx, rep_tx, journal, clock=clock or FakeClock())
         finally:
             done.set()
 

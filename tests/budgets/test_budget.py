@@ -36,7 +36,7 @@ def test_all_names_exist_and_are_documented(module: Any) -> None:
 
 
 def test_every_dimension_is_accepted() -> None:
-    budget = Budget({name: 1 for name in DIMENSIONS})
+    budget = Budget(dict.fromkeys(DIMENSIONS, 1))
     assert set(budget.limits) == set(DIMENSIONS)
 
 
@@ -111,9 +111,7 @@ def test_a_reserve_without_a_limit_is_refused() -> None:
 
 
 def test_a_reserve_larger_than_its_limit_is_refused() -> None:
-    with pytest.raises(
-        ConfigError, match=r"budget\.reserve\.steps = 5 is larger than the limit 4"
-    ):
+    with pytest.raises(ConfigError, match=r"budget\.reserve\.steps = 5 is larger than the limit 4"):
         Budget({"steps": 4}, {"steps": 5})
 
 
@@ -154,7 +152,8 @@ def test_of_validates_like_the_constructor() -> None:
 
 
 def test_of_takes_per_tool_limits_by_mapping() -> None:
-    budget = Budget.of(**{"tool_calls:run_command": 2})
+    per_tool: dict[str, Any] = {"tool_calls:run_command": 2}
+    budget = Budget.of(**per_tool)
     assert budget.limits == {"tool_calls:run_command": 2.0}
 
 
@@ -164,8 +163,7 @@ def test_of_takes_per_tool_limits_by_mapping() -> None:
 def test_exhaustion_describes_itself() -> None:
     assert Exhaustion("steps", 7, 7).describe() == "steps: 7 of 7 spent"
     assert (
-        Exhaustion("steps", 6, 7, requested=2).describe()
-        == "steps: 6 of 7 spent, 2 more requested"
+        Exhaustion("steps", 6, 7, requested=2).describe() == "steps: 6 of 7 spent, 2 more requested"
     )
 
 

@@ -47,8 +47,9 @@ def test_settings_are_plain_data() -> None:
 
 @pytest.mark.parametrize("name", _INTS)
 def test_a_negative_setting_is_refused(name: str) -> None:
+    settings: dict[str, Any] = {name: -1}
     with pytest.raises(ConfigError, match=rf"policy\.{name} must be a whole number >= \d, got -1"):
-        Policy(**{name: -1})
+        Policy(**settings)
 
 
 @pytest.mark.parametrize("name", _INTS)
@@ -60,8 +61,9 @@ def test_a_bool_for_a_number_is_refused(name: str, value: bool) -> None:
 
 @pytest.mark.parametrize("name", _INTS)
 def test_a_float_for_a_number_is_refused(name: str) -> None:
+    settings: dict[str, Any] = {name: 2.5}
     with pytest.raises(ConfigError, match=rf"policy\.{name} must be a whole number"):
-        Policy(**{name: 2.5})
+        Policy(**settings)
 
 
 def test_an_identical_response_threshold_of_one_is_refused_with_the_alternatives() -> None:
@@ -74,7 +76,8 @@ def test_an_identical_response_threshold_of_one_is_refused_with_the_alternatives
 
 @pytest.mark.parametrize("name", ["stall_threshold", "identical_response_threshold"])
 def test_zero_disables_and_is_accepted(name: str) -> None:
-    assert getattr(Policy(**{name: 0}), name) == 0
+    settings: dict[str, Any] = {name: 0}
+    assert getattr(Policy(**settings), name) == 0
 
 
 def test_an_identical_response_threshold_of_two_is_accepted() -> None:

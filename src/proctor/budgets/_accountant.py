@@ -138,9 +138,9 @@ async def run_accountant(
         if limit is None:
             return
         reserve = ledger.budget.reserve.get("wall_seconds", 0.0)
-        for hard, bound in ((False, limit - reserve), (True, limit)):
-            if hard and reserve == 0:
-                return
+        # Without a reserve the first deadline is the whole limit: it is hard.
+        stages = ((False, limit - reserve), (True, limit)) if reserve else ((True, limit),)
+        for hard, bound in stages:
             left = bound - ledger.spent.get("wall_seconds", 0.0) - (clock() - mark)
             await anyio.sleep(max(0.0, left))
             spent = ledger.spent.get("wall_seconds", 0.0) + (clock() - mark)

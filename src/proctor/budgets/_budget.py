@@ -31,7 +31,7 @@ DIMENSIONS = (
 )
 
 
-def _limits(value: Mapping[str, float | int]) -> dict[str, float]:
+def _amounts(value: Mapping[str, float | int], where: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, amount in value.items():
         name = key if key in DIMENSIONS else None
@@ -39,13 +39,21 @@ def _limits(value: Mapping[str, float | int]) -> dict[str, float]:
             name = key
         if name is None:
             raise ConfigError(
-                f"budget: unknown dimension {key!r}; known: {', '.join(DIMENSIONS)}, "
+                f"{where}.{key}: unknown dimension {key!r}; known: {', '.join(DIMENSIONS)}, "
                 "or tool_calls:TOOL for one tool"
             )
-        if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
-            raise ConfigError(f"budget.{key} must be a number >= 0, got {amount!r}")
+        if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount >= 0:
+            raise ConfigError(f"{where}.{key}: must be a number >= 0, got {amount!r}")
         out[name] = float(amount)
     return out
+
+
+def _limits(value: Mapping[str, float | int]) -> dict[str, float]:
+    return _amounts(value, "budget")
+
+
+def _reserve(value: Mapping[str, float | int]) -> dict[str, float]:
+    return _amounts(value, "budget.reserve")
 
 
 @attrs.frozen
@@ -61,7 +69,7 @@ class Budget:
     """
 
     limits: dict[str, float] = attrs.field(factory=dict, converter=_limits)
-    reserve: dict[str, float] = attrs.field(factory=dict, converter=_limits)
+    reserve: dict[str, float] = attrs.field(factory=dict, converter=_reserve)
 
     def __attrs_post_init__(self) -> None:
         for key, amount in self.reserve.items():
@@ -72,7 +80,7 @@ class Budget:
             if amount > self.limits[key]:
                 limit = self.limits[key]
                 raise ConfigError(
-                    f"budget.reserve.{key} = {amount:g} is larger than the limit {limit:g}"
+                    f"budget.reserve.{key}: {amount:g} is larger than the limit {limit:g}"
                 )
 
     @classmethod

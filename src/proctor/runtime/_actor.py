@@ -57,16 +57,20 @@ class ActorCrashed:
     error: str
 
 
+def _as_list(proposals: Iterable[Proposal]) -> list[Proposal]:
+    return list(proposals)
+
+
 @attrs.define(eq=False)
 class ScriptedActor:
     """
     An actor that proposes a fixed list of proposals, in order, whatever it observes.
 
     Args:
-        proposals: the script.
+        proposals: the script (any sequence; kept as a list).
     """
 
-    proposals: list[Proposal]
+    proposals: list[Proposal] = attrs.field(converter=_as_list)
     observations: list[Observation] = attrs.field(factory=list, init=False)
     _next: int = attrs.field(default=0, init=False)
 
@@ -117,6 +121,11 @@ def load_script(path: str | Path, lines: Iterable[str] | None = None) -> list[Pr
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{path}:{number}: a proposal is a JSON object with "
+                f'"type": "action" | "round" | "message" | "complete" | "claim", got {text[:40]}'
+            )
         try:
             proposals.append(converter.structure(data, Proposal))  # type: ignore[arg-type]
         except (cattrs.BaseValidationError, KeyError, ValueError, TypeError) as exc:

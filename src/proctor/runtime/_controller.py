@@ -31,6 +31,7 @@ import anyio
 import attrs
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor._errors import FencedError
 from proctor._wire import to_jsonable
@@ -133,7 +134,7 @@ class Controller:
     context: ToolContext
     hasher: TreeHasher
     inbox: ObjectReceiveStream[Inbound]
-    to_actor: ObjectSendStream[Observation]
+    to_actor: MemoryObjectSendStream[Observation]
     to_verifier: ObjectSendStream[VerifyRequest]
     to_accountant: ObjectSendStream[AccountantRequest]
     actor_scope: anyio.CancelScope

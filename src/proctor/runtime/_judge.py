@@ -322,8 +322,9 @@ class Judge:
         for item in items:
             if isinstance(item, Refused):
                 results.append((False, item.reason, {}, None, "refuse"))
-                continue
-            results.append((*self._act(item, failures_hit), "act"))
+            else:
+                results.append((*self._act(item, failures_hit), "act"))
+            self._tool_streak(item.call.tool, results[-1][0])
         values = [r[0] for r in results]
         progress: bool | None
         if any(v is True for v in values):
@@ -342,7 +343,7 @@ class Judge:
             w.last_idle_action = action_key(last[-1].call, self.task.tools) if last else None
 
         stop = self._no_progress_stop(failures_hit)
-        nudge = None if stop else self._nudge()
+        nudge = None if stop else self._nudge() or self._streak_nudge(items)
         rulings = []
         for index, (p, note, delta, fp, what) in enumerate(results):
             last_item = index == len(results) - 1
@@ -443,6 +444,27 @@ class Judge:
         self.state_version += 1
         delta["poll"] = key
         return True, "poll: the outcome changed", delta, fp
+
+    def _tool_streak(self, tool: str, progress: bool | None) -> None:
+        streaks = self._window.tool_streaks
+        if progress is True:
+            streaks.pop(tool, None)
+        elif progress is False:
+            streaks[tool] = streaks.get(tool, 0) + 1
+
+    def _streak_nudge(self, items: Sequence[Act | Refused]) -> str | None:
+        """Name a tool whose calls keep making no progress, whatever came in between."""
+        threshold = self.policy.stall_threshold
+        if threshold < 2:
+            return None
+        for item in items:
+            streak = self._window.tool_streaks.get(item.call.tool, 0)
+            if streak and streak % threshold == 0:
+                return (
+                    f"the last {streak} calls of {item.call.tool} made no progress, whatever "
+                    "came in between; use it for something new or use another tool"
+                )
+        return None
 
     def _failure(self, signature: str, hit: set[tuple[str, str]]) -> None:
         entry = (self.digest, signature)

@@ -26,7 +26,7 @@ def _at_least(minimum: int) -> Any:
     def check(inst: object, attribute: attrs.Attribute[int], value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ConfigError(
-                f"policy.{attribute.name} must be a whole number >= {minimum}, got {value!r}"
+                f"policy.{attribute.name}: must be a whole number >= {minimum}, got {value!r}"
             )
 
     return check
@@ -36,7 +36,7 @@ def _identical(inst: object, attribute: attrs.Attribute[int], value: int) -> Non
     _at_least(0)(inst, attribute, value)
     if value == 1:
         raise ConfigError(
-            "policy.identical_response_threshold = 1 is meaningless (every response would be "
+            "policy.identical_response_threshold: 1 is meaningless (every response would be "
             "its own repetition): use 0 to disable, or 2 or more"
         )
 

@@ -7,6 +7,7 @@ A task comes from Python (:class:`Task`) or from a TOML file
 
 from __future__ import annotations
 
+import re
 import shutil
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -89,6 +90,8 @@ class Task:
                     "run": list(c.run) if not isinstance(c.run, str) else c.run,
                     "expect_exit": c.expect_exit,
                     "required": c.required,
+                    "time_limit": c.time_limit,
+                    "junit": c.junit,
                 }
                 for c in self.checks
             ],
@@ -154,27 +157,71 @@ _CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit")
 _CONTRACT = ("protected", "required_files")
 
 
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?")
+_FIELD = re.compile(r"^(?P<table>[\w-]+)(?:\[(?P<n>\d+)\])?(?:\.(?P<key>[\w:-]+))?")
+
+
 class _Where:
+    """Finds the line of a field (``task.kind``, ``checks[2].run``) in a TOML text."""
+
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
         self.lines = text.splitlines()
 
-    def line_of(self, needle: str) -> int | None:
+    def line_of(self, field: str) -> int | None:
+        m = _FIELD.match(field)
+        if m is None:
+            return None
+        table, key = m["table"], m["key"]
+        occurrence = int(m["n"] or 1)
+        current: str | None = None
+        seen: dict[str, int] = {}
+        header_line = None
         for number, line in enumerate(self.lines, start=1):
-            if line.strip().startswith(needle):
+            header = _HEADER.match(line)
+            if header is not None:
+                current = header[2].split(".")[0].strip().strip('"')
+                dotted = header[2].split(".")[1:]
+                seen[current] = seen.get(current, 0) + 1
+                if current == table and seen[current] == occurrence:
+                    header_line = header_line or number
+                    if key is not None and dotted and dotted[0].strip().strip('"') == key:
+                        return number
+                continue
+            if key is None:
+                if current is None and re.match(rf"^\s*\"?{re.escape(table)}\"?\s*=", line):
+                    return number
+                continue
+            in_table = current == table and seen.get(table) == occurrence
+            if in_table and re.match(rf"^\s*\"?{re.escape(key)}\"?\s*=", line):
                 return number
-        return None
+            if current is None and re.match(rf"^\s*\"?{re.escape(table)}\"?\s*=", line):
+                return number
+        return header_line
 
-    def error(self, field: str, message: str, needle: str | None = None) -> ConfigError:
-        line = self.line_of(needle) if needle else None
+    def error(self, field: str, message: str) -> ConfigError:
+        line = self.line_of(field)
         where = f"{self.path}:{line}" if line else str(self.path)
         return ConfigError(f"{where}: {field}: {message}")
+
+
+def _named(message: str, table: str) -> str:
+    """The field an error message from a nested parser names (``budget.reserve.steps``)."""
+    dotted = re.search(rf"\b{table}((?:\.[\w:-]+)+)", message)
+    if dotted:
+        return table + dotted[1].rstrip(":")
+    quoted = re.search(r"'([\w:-]+)'", message)
+    return f"{table}.{quoted[1]}" if quoted else table
+
+
+def _message(message: str) -> str:
+    return re.sub(r"^(budget|policy)(\.[\w:.-]*[\w-])?:?\s*", "", message)
 
 
 def _table(where: _Where, data: Mapping[str, Any], key: str) -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise where.error(key, "must be a table", needle=key)
+        raise where.error(key, "must be a table")
     return value
 
 
@@ -184,15 +231,12 @@ def _known(where: _Where, table: Mapping[str, Any], allowed: tuple[str, ...], na
             raise where.error(
                 f"{name}.{key}" if name else key,
                 f"unknown key; accepted: {', '.join(allowed)}",
-                needle=key,
             )
 
 
 def _str_list(where: _Where, value: Any, field: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise where.error(
-            field, f"must be a list of strings, got {value!r}", needle=field.split(".")[-1]
-        )
+        raise where.error(field, f"must be a list of strings, got {value!r}")
     return value
 
 
@@ -216,49 +260,46 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     _known(where, task, _TASK, "task")
     goal = task.get("goal")
     if not isinstance(goal, str) or not goal.strip():
-        raise where.error(
-            "task.goal", "required: a non-empty string saying what to achieve", "goal"
-        )
+        raise where.error("task.goal", "required: a non-empty string saying what to achieve")
     workspace = task.get("workspace", ".")
     if not isinstance(workspace, str):
-        raise where.error("task.workspace", "must be a path string", "workspace")
+        raise where.error("task.workspace", "must be a path string")
     workspace_path = (base / workspace).resolve()
     template = task.get("template")
     template_path: Path | None = None
     if template is not None:
         if not isinstance(template, str):
-            raise where.error("task.template", "must be a path string", "template")
+            raise where.error("task.template", "must be a path string")
         template_path = (base / template).resolve()
         if not template_path.is_dir():
-            raise where.error("task.template", f"{template_path} is not a directory", "template")
+            raise where.error("task.template", f"{template_path} is not a directory")
     elif not workspace_path.is_dir():
-        raise where.error("task.workspace", f"{workspace_path} is not a directory", "workspace")
+        raise where.error("task.workspace", f"{workspace_path} is not a directory")
     kind = task.get("kind", "build")
     if kind not in ("build", "answer"):
-        raise where.error("task.kind", f"must be 'build' or 'answer', got {kind!r}", "kind")
+        raise where.error("task.kind", f"must be 'build' or 'answer', got {kind!r}")
     time_limit = task.get("command_time_limit", 120.0)
     if isinstance(time_limit, bool) or not isinstance(time_limit, int | float) or time_limit <= 0:
         raise where.error(
             "task.command_time_limit",
             f"must be a number of seconds > 0, got {time_limit!r}",
-            "command_time_limit",
         )
     ignore = DEFAULT_IGNORE + tuple(_str_list(where, task.get("ignore", []), "task.ignore"))
     task_id = task.get("id")
     if task_id is not None and (not isinstance(task_id, str) or not task_id):
-        raise where.error("task.id", "must be a non-empty string", "id")
+        raise where.error("task.id", "must be a non-empty string")
 
     raw_checks = data.get("checks", [])
     if not isinstance(raw_checks, list):
-        raise where.error("checks", "must be an array of tables: [[checks]]", "checks")
+        raise where.error("checks", "must be an array of tables: [[checks]]")
     checks = []
     for number, raw in enumerate(raw_checks, start=1):
         field = f"checks[{number}]"
         if not isinstance(raw, dict):
-            raise where.error(field, "must be a table", "[[checks]]")
+            raise where.error(field, "must be a table")
         _known(where, raw, _CHECK, field)
         if "name" not in raw or "run" not in raw:
-            raise where.error(field, "needs name and run (a command: string or list)", "[[checks]]")
+            raise where.error(field, "needs name and run (a command: string or list)")
         try:
             checks.append(
                 CommandCheck(
@@ -271,18 +312,16 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
                 )
             )
         except (ConfigError, TypeError, ValueError) as exc:
-            raise where.error(
-                field, str(exc), f"name = {raw.get('name')!r}".replace("'", '"')
-            ) from None
+            bad = next((k for k in _CHECK if f"'{k}'" in str(exc)), None)
+            raise where.error(f"{field}.{bad}" if bad else field, str(exc)) from None
     names = [c.name for c in checks]
     if len(set(names)) != len(names):
-        raise where.error("checks", f"check names must be unique, got {names}", "[[checks]]")
+        raise where.error("checks", f"check names must be unique, got {names}")
     if kind == "build" and not any(c.required for c in checks):
         raise where.error(
             "checks",
             "a build task needs at least one required check ([[checks]] with name and run): "
             "only checks can complete a build",
-            "[[checks]]",
         )
 
     contract = _table(where, data, "contract")
@@ -293,30 +332,28 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     budget_table = _table(where, data, "budget")
     reserve = budget_table.get("reserve", {})
     if not isinstance(reserve, dict):
-        raise where.error("budget.reserve", "must be a table, e.g. { steps = 3 }", "reserve")
+        raise where.error("budget.reserve", "must be a table, e.g. { steps = 3 }")
     limits = {k: v for k, v in budget_table.items() if k != "reserve"}
     try:
         budget = Budget(limits, reserve)
     except ConfigError as exc:
-        raise where.error("budget", str(exc).removeprefix("budget: "), "[budget]") from None
+        raise where.error(_named(str(exc), "budget"), _message(str(exc))) from None
 
     try:
         policy = Policy.from_mapping(_table(where, data, "policy"), where="policy")
     except ConfigError as exc:
-        raise where.error("policy", str(exc).removeprefix("policy: "), "[policy]") from None
+        raise where.error(_named(str(exc), "policy"), _message(str(exc))) from None
 
     actor_table = _table(where, data, "actor")
     actor_kind = actor_table.get("kind", "scripted")
     if actor_kind != "scripted":
-        raise where.error(
-            "actor.kind", f"unknown actor kind {actor_kind!r}; accepted: scripted", "kind"
-        )
+        raise where.error("actor.kind", f"unknown actor kind {actor_kind!r}; accepted: scripted")
     script = actor_table.get("script")
     if not isinstance(script, str):
-        raise where.error("actor.script", 'a scripted actor needs script = "FILE.jsonl"', "[actor]")
+        raise where.error("actor.script", 'a scripted actor needs script = "FILE.jsonl"')
     script_path = (base / script).resolve()
     if not script_path.is_file():
-        raise where.error("actor.script", f"{script_path} does not exist", "script")
+        raise where.error("actor.script", f"{script_path} does not exist")
     actor = ActorSpec(
         actor_kind,
         script_path,
