@@ -1,4 +1,4 @@
-"""Every public module has a tuple ``__all__`` naming things it has; every public name is documented."""
+"""Every public module has a tuple `__all__` of names it has; every public name is documented."""
 
 from __future__ import annotations
 

@@ -103,11 +103,7 @@ def test_export_replays_to_the_same_decisions(
     document = json.loads(replayed.stdout)
     assert document["disposition"] == "completed"
     shown = json.loads(proctor("show", run_id, "--journal", str(journal), "--json").stdout)
-    live = [
-        (s["decision"], bool(s["progress"]))
-        for s in shown["steps"]
-        if s["event"] is not None
-    ]
+    live = [(s["decision"], bool(s["progress"])) for s in shown["steps"] if s["event"] is not None]
     offline = [(s["decision"], s["progress"]) for s in document["steps"]]
     assert offline == live
 

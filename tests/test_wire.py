@@ -289,11 +289,7 @@ def test_a_bad_literal_is_refused() -> None:
     _refuses({"type": "claim", "status": "stuck"}, Proposal)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the JSON converter structures a string where a tuple of strings is expected as "
-    "the tuple of its characters: sources = 'https://x' becomes ('h', 't', 't', ...), "
-    "so a malformed answer's grounding is silently mangled instead of refused",
-)
-def test_a_string_is_not_a_list_of_sources() -> None:
-    _refuses({"type": "message", "kind": "final_answer", "sources": "https://x.org"}, Proposal)
+@pytest.mark.parametrize("sources", ["https://x.org", ["https://x.org", 3]])
+def test_a_string_is_not_a_list_of_sources(sources: Any) -> None:
+    error = _refuses({"type": "message", "kind": "final_answer", "sources": sources}, Proposal)
+    assert cattrs.transform_error(error) == ["invalid value for type, expected tuple @ $.sources"]

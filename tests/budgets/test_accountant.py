@@ -256,15 +256,27 @@ async def test_deadlines_arrive_on_their_own_as_time_passes() -> None:
     assert set(last) == {"wall_seconds"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with no wall_seconds reserve the limit itself is the end of the whole limit, "
-    "yet the accountant announces it as Deadline(hard=False) and never sends a hard one; "
-    "the controller then treats it as a soft deadline and wraps up (verifies) past the "
-    "limit with no hard stop ever coming",
-)
-async def test_without_a_reserve_the_limit_is_a_hard_deadline() -> None:
+async def test_without_a_reserve_the_limit_is_a_single_hard_deadline() -> None:
+    # With no reserve to wrap up in, the limit itself is the end: no soft deadline first.
     ledger = Ledger(Budget.of(wall_seconds=10), spent={"wall_seconds": 10.0})
     async with accountant(ledger) as books:
         deadline = await receive_deadline(books)
+        assert deadline == Deadline(Exhaustion("wall_seconds", 10.0, 10.0), hard=True)
+        # Nothing else is on its way.
+        await anyio.wait_all_tasks_blocked()
+        await books.close()
+        with pytest.raises(anyio.EndOfStream):
+            await books.replies.receive()
+
+
+async def test_without_a_reserve_the_hard_deadline_arrives_on_its_own() -> None:
+    ledger = Ledger(Budget.of(wall_seconds=0.01))
+    async with accountant(ledger, time.monotonic) as books:
+        deadline = await receive_deadline(books)
         assert deadline.hard
+        assert deadline.exhaustion.limit == "wall_seconds"
+        assert deadline.exhaustion.bound == pytest.approx(0.01)
+        await anyio.wait_all_tasks_blocked()
+        await books.close()
+        with pytest.raises(anyio.EndOfStream):
+            await books.replies.receive()

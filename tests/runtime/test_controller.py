@@ -66,7 +66,9 @@ async def test_build_rescue_completes_and_fences_later_writes(tmp_path: Path) ->
     root = _project(tmp_path / "p")
     journal = tmp_path / "j.db"
     late_write = ToolCall("write_file", {"path": "calc.py", "content": "broken = True\n"})
-    actor = ScriptedActor([ToolCall("read_file", {"path": "calc.py"}), FIX, Completion("fixed"), late_write])
+    actor = ScriptedActor(
+        [ToolCall("read_file", {"path": "calc.py"}), FIX, Completion("fixed"), late_write]
+    )
     result = await run(_task(root), actor, journal)
 
     assert result.disposition is Disposition.COMPLETED
@@ -120,7 +122,9 @@ async def test_completion_needs_evidence_for_the_candidate_as_it_stands(tmp_path
 
 async def test_protected_write_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     root = _project(tmp_path / "p")
-    cheat = ToolCall("write_file", {"path": "tests/test_calc.py", "content": "def test_add():\n    pass\n"})
+    cheat = ToolCall(
+        "write_file", {"path": "tests/test_calc.py", "content": "def test_add():\n    pass\n"}
+    )
     result = await run(_task(root), ScriptedActor([cheat, Completion()]), tmp_path / "j")
     assert "assert add(2, 3) == 5" in (root / "tests" / "test_calc.py").read_text()
     assert result.disposition is Disposition.FAILED
@@ -198,8 +202,15 @@ async def test_trace_records_carry_every_invariant_9_field(tmp_path: Path) -> No
         rows = db.execute("SELECT * FROM steps ORDER BY step").fetchall()
     assert [r["step"] for r in rows] == list(range(1, result.steps + 1))
     for row in rows:
-        for field in ("trace_id", "step", "state_version", "state_delta", "remaining",
-                      "decision", "policy_version"):
+        for field in (
+            "trace_id",
+            "step",
+            "state_version",
+            "state_delta",
+            "remaining",
+            "decision",
+            "policy_version",
+        ):
             assert row[field] is not None, field
     action = rows[0]
     assert action["action"] is not None
@@ -217,7 +228,9 @@ async def test_step_budget_ends_the_run_after_a_wrap_up_verification(tmp_path: P
     ]
     budget = Budget({"steps": 4}, {"steps": 1})
     result = await run(
-        _task(root, budget=budget, policy=Policy(stall_threshold=0)), ScriptedActor(reads), tmp_path / "j"
+        _task(root, budget=budget, policy=Policy(stall_threshold=0)),
+        ScriptedActor(reads),
+        tmp_path / "j",
     )
     # Only the reserve was left: the controller verified, and the fix passed.
     assert result.disposition is Disposition.COMPLETED
@@ -271,4 +284,3 @@ async def test_wall_clock_deadline_ends_a_slow_actor(tmp_path: Path) -> None:
     assert result.disposition is Disposition.BUDGET_EXHAUSTED
     assert result.stop_reason is not None
     assert result.stop_reason.limit == "wall_seconds"
-

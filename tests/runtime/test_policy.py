@@ -48,21 +48,21 @@ def test_settings_are_plain_data() -> None:
 @pytest.mark.parametrize("name", _INTS)
 def test_a_negative_setting_is_refused(name: str) -> None:
     settings: dict[str, Any] = {name: -1}
-    with pytest.raises(ConfigError, match=rf"policy\.{name} must be a whole number >= \d, got -1"):
+    with pytest.raises(ConfigError, match=rf"policy\.{name}: must be a whole number >= \d, got -1"):
         Policy(**settings)
 
 
 @pytest.mark.parametrize("name", _INTS)
 @pytest.mark.parametrize("value", [True, False])
 def test_a_bool_for_a_number_is_refused(name: str, value: bool) -> None:
-    with pytest.raises(ConfigError, match=rf"policy\.{name} must be a whole number"):
+    with pytest.raises(ConfigError, match=rf"policy\.{name}: must be a whole number"):
         Policy(**{name: value})
 
 
 @pytest.mark.parametrize("name", _INTS)
 def test_a_float_for_a_number_is_refused(name: str) -> None:
     settings: dict[str, Any] = {name: 2.5}
-    with pytest.raises(ConfigError, match=rf"policy\.{name} must be a whole number"):
+    with pytest.raises(ConfigError, match=rf"policy\.{name}: must be a whole number"):
         Policy(**settings)
 
 
@@ -70,7 +70,7 @@ def test_an_identical_response_threshold_of_one_is_refused_with_the_alternatives
     with pytest.raises(ConfigError) as info:
         Policy(identical_response_threshold=1)
     message = str(info.value)
-    assert "policy.identical_response_threshold = 1 is meaningless" in message
+    assert "policy.identical_response_threshold: 1 is meaningless" in message
     assert "use 0 to disable, or 2 or more" in message
 
 
@@ -86,7 +86,9 @@ def test_an_identical_response_threshold_of_two_is_accepted() -> None:
 
 def test_the_poll_limit_is_at_least_one() -> None:
     assert Policy(poll_limit=1).poll_limit == 1
-    with pytest.raises(ConfigError, match=r"policy\.poll_limit must be a whole number >= 1, got 0"):
+    with pytest.raises(
+        ConfigError, match=r"policy\.poll_limit: must be a whole number >= 1, got 0"
+    ):
         Policy(poll_limit=0)
 
 
@@ -106,7 +108,7 @@ def test_from_mapping_names_an_unknown_key_and_the_known_settings() -> None:
     with pytest.raises(ConfigError) as info:
         Policy.from_mapping({"stall": 3}, where="task.toml [policy]")
     message = str(info.value)
-    assert message.startswith("task.toml [policy]: unknown policy setting 'stall'")
+    assert message.startswith("task.toml [policy]: policy.stall: unknown setting; known settings: ")
     for field in attrs.fields(Policy):
         assert field.name in message
 
@@ -124,17 +126,21 @@ def test_from_mapping_names_an_unknown_key_and_the_known_settings() -> None:
 def test_from_mapping_refuses_the_wrong_type(key: str, value: Any, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         Policy.from_mapping({key: value})
-    assert str(info.value) == (f"policy: policy setting {key!r} must be {expected}, got {value!r}")
+    assert str(info.value) == f"policy.{key}: must be {expected}, got {value!r}"
 
 
 def test_from_mapping_says_where_a_bad_value_came_from() -> None:
     with pytest.raises(ConfigError) as info:
         Policy.from_mapping({"identical_response_threshold": 1}, where="run.toml")
-    assert str(info.value).startswith("run.toml: policy.identical_response_threshold = 1")
+    assert str(info.value).startswith(
+        "run.toml: policy.identical_response_threshold: 1 is meaningless"
+    )
 
 
 def test_from_mapping_refuses_a_negative_value() -> None:
-    with pytest.raises(ConfigError, match=r"^policy: policy\.rescue_limit must be a whole number"):
+    with pytest.raises(
+        ConfigError, match=r"^policy\.rescue_limit: must be a whole number >= 0, got -2$"
+    ):
         Policy.from_mapping({"rescue_limit": -2})
 
 

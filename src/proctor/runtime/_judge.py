@@ -59,14 +59,25 @@ __all__ = (
 
 SignalName = Literal["stop_signal", "user_stop", "deadline"]
 
+_STATUS_WORDS = (
+    r"Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable|Gateway Time-?out"
+    r"|HTTP Version Not Supported|Insufficient Storage|Loop Detected|Network Authentication"
+)
+# An HTTP status only counts where it is said to be one: "522 passed" is a test count,
+# "assert 200 == 429" an assertion.
 _INFRA = re.compile(
-    r"\b429\b|rate[ -]?limit|too many requests|\b5\d\d\b\s*(?:[A-Za-z]|$)|"
-    r"\bHTTP(?:/\d(?:\.\d)?)?\s*5\d\d\b|status(?: code)?[ :=]*5\d\d\b|"
-    r"service unavailable|bad gateway|gateway time-?out|internal server error|"
-    r"name or service not known|temporary failure in name resolution|"
-    r"could not resolve host|nodename nor servname|getaddrinfo|\bENOTFOUND\b|\bEAI_AGAIN\b|"
-    r"dns (?:lookup|resolution) fail|network is unreachable|no route to host|"
-    r"\bENETUNREACH\b|\bEHOSTUNREACH\b",
+    r"\bHTTP(?:/\d(?:\.\d)?)?\s*(?:status\s*)?(?:429|5\d\d)\b"
+    r"|\b(?:status|status[ _]code|response code|error code|returned error|code)\s*[:=]?\s*"
+    r"(?:429|5\d\d)\b"
+    rf"|\b(?:429\s+Too Many Requests|5\d\d\s+(?:{_STATUS_WORDS}))\b"
+    rf"|\b(?:{_STATUS_WORDS})\b"
+    r"|\btoo many requests\b|\brate[ -]?limit(?:ed|ing|s)?\b|\bRateLimit(?:Error|Exceeded)\b"
+    r"|\bthrottl(?:ed|ing)\b|\bquota exceeded\b"
+    r"|name or service not known|temporary failure in name resolution|could not resolve host"
+    r"|nodename nor servname|\bgetaddrinfo\b|\bENOTFOUND\b|\bEAI_AGAIN\b|\bno such host\b"
+    r"|\bNameResolutionError\b|failed to resolve|\bunknown host\b|dns (?:lookup|resolution)"
+    r"|network is unreachable|no route to host|host is unreachable|\bENETUNREACH\b"
+    r"|\bEHOSTUNREACH\b",
     re.IGNORECASE,
 )
 
@@ -200,6 +211,8 @@ class _Window:
     polls: dict[str, tuple[str, int]] = attrs.field(factory=dict)
     failures: dict[tuple[str, str], int] = attrs.field(factory=dict)
     tool_streaks: dict[str, int] = attrs.field(factory=dict)
+    # action -> (its first outcome, whether every call since gave that outcome)
+    outcomes: dict[str, tuple[str, bool]] = attrs.field(factory=dict)
     last_idle_action: str | None = None
     shapes: deque[tuple[str, str]] = attrs.field(factory=lambda: deque(maxlen=10))
 
@@ -293,6 +306,7 @@ class Judge:
             and w.stall >= threshold - 1
             and w.last_idle_action is not None
             and w.last_idle_action == action_key(call, self.task.tools)
+            and w.outcomes.get(w.last_idle_action, ("", False))[1]
             and not (call.poll and self._poll_allowed(call))
         ):
             return (
@@ -367,6 +381,12 @@ class Judge:
         key = action_key(call, self.task.tools)
         fp = fingerprint(result.output)
         delta: dict[str, Any] = {}
+        outcome = f"{result.status.value}:{fp}"
+        first = w.outcomes.get(key)
+        # Only a call that always gave the same outcome is predictable enough to refuse.
+        w.outcomes[key] = (
+            (outcome, True) if first is None else (first[0], first[1] and first[0] == outcome)
+        )
         if act.after != act.before:
             self.digest = act.after
             self.state_version += 1

@@ -180,18 +180,16 @@ _LOG_DATE_RE = re.compile(
     rf"(?:{_WEEKDAY},?\s+)?{_MONTH}\s+\d{{1,2}},?\s+(?:\d{{4}},?\s+)?{_CLOCK}"
     rf"(?:\s+{_ZONE})?(?:\s+\d{{4}})?"
     # RFC 2822 / HTTP: "Mon, 30 Nov 2026 01:30:09 GMT"
-    rf"|(?:{_WEEKDAY},?\s+)?\d{{1,2}}\s+{_MONTH}\s+\d{{4}}(?:\s+{_CLOCK}(?:\s+{_ZONE})?)?"
+    rf"|(?:{_WEEKDAY},?\s+)?\d{{1,2}}\s+{_MONTH}\s+\d{{4}}\s+{_CLOCK}(?:\s+{_ZONE})?"
     # Apache access logs: "30/Nov/2026:01:30:09 +0000"
     rf"|\d{{1,2}}/{_MONTH}/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}}(?:\s+[+-]\d{{4}})?"
-    # "Nov 30, 2026"
-    rf"|{_MONTH}\s+\d{{1,2}},?\s+\d{{4}}"
     r")" + _NOT_BEFORE
 )
 _ISO_RE = re.compile(
     r"(?<![\w.])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
     r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
-    r"(?:[T ](?:[01]\d|2[0-3]):[0-5]\d(?::(?:[0-5]\d|60)(?:[.,]\d+)?)?"
-    r"(?:\s?(?:Z|UTC|[+-]\d{2}(?::?\d{2})?))?)?" + _NOT_BEFORE
+    r"[T ](?:[01]\d|2[0-3]):[0-5]\d(?::(?:[0-5]\d|60)(?:[.,]\d+)?)?"
+    r"(?:\s?(?:Z|UTC|[+-]\d{2}(?::?\d{2})?))?" + _NOT_BEFORE
 )
 # pytest's "(0:00:01.23)" and similar clock-style elapsed times.
 _CLOCK_DUR_RE = re.compile(r"\(\d+:[0-5]\d:[0-5]\d(?:\.\d+)?\)")
@@ -212,6 +210,11 @@ _DUR_UNIT = r"(?:ms|us|µs|μs|ns|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?)
 _DUR_RE = re.compile(
     r"(?<![\w.])(?<!<[a-z]{3}>)(?<!<[a-z]{4}>)"
     r"(?:\d+h ?)?(?:\d+m ?)?\d+(?:\.\d+)? ?" + _DUR_UNIT + _NOT_BEFORE
+)
+# Request, trace and correlation ids in headers and logs: "x-github-request-id: C1A4:2B7E1".
+_REQUEST_ID_RE = re.compile(
+    r"(?i)(?<![\w-])((?:x-)?[\w-]*?(?:request|trace|span|correlation|amzn?-?)[-_]?id)"
+    r"(\s*[:=]\s*\"?)(?!<id>)[^\s\",;]+"
 )
 _PID_KEYWORD = r"(?i:(?<![\w-])(?:pp?id|pgid)(?:\s*[:=#]\s*|\s+))\d+"
 _PID_PROCESS = r"(?<![\w-])(?i:process)\s+\d{2,}"
@@ -249,8 +252,10 @@ def strip_volatile(text: str) -> str:
 
     Volatile, with its placeholder:
 
-    - ``<time>``: timestamps, dates and times (ISO 8601, ``date``/``ctime``,
-      syslog, RFC 2822, Apache logs);
+    - ``<time>``: timestamps and times of day (ISO 8601, ``date``/``ctime``,
+      syslog, RFC 2822, Apache logs); a date without a time is data, and kept;
+    - ``<id>``: the values of request, trace, span and correlation ids
+      (``x-github-request-id: C1A4:2B7E1``, ``trace_id=...``);
     - ``<uuid>``: UUIDs;
     - ``<hex>``: hex ids of 12 characters or more mixing digits and letters (git
       shas, container ids);
@@ -278,6 +283,7 @@ def strip_volatile(text: str) -> str:
     text = _ISO_RE.sub("<time>", text)
     text = _CLOCK_DUR_RE.sub("(<dur>)", text)
     text = _TIME_RE.sub("<time>", text)
+    text = _REQUEST_ID_RE.sub(r"\1\2<id>", text)
     text = _UUID_RE.sub("<uuid>", text)
     text = _ADDR_RE.sub("<addr>", text)
     text = _LONG_HEX_RE.sub("<hex>", text)

@@ -57,7 +57,9 @@ class Policy:
         rescue_limit: how many rescue instructions may precede a ``no_progress``
             stop while required files are still missing.
         refuse_repeats: refuse an exact repeat of a call that made no progress
-            when the next step without progress would stop the run.
+            when the next step without progress would stop the run. Only a call
+            that gave the same outcome every time is refused: a stateful call,
+            such as a debugger's ``next``, is not.
     """
 
     stall_threshold: int = attrs.field(default=4, validator=_at_least(0))
@@ -77,31 +79,32 @@ class Policy:
         return attrs.asdict(self)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], where: str = "policy") -> Policy:
+    def from_mapping(cls, data: Mapping[str, Any], where: str = "") -> Policy:
         """
         Build a policy from a table of settings.
 
         Args:
             data: the settings; keys not named are left at their defaults.
-            where: where the table came from, for error messages.
+            where: where the table came from (a file name), for error messages.
 
         Raises:
             ConfigError: an unknown key or a bad value.
         """
+        prefix = f"{where}: " if where else ""
         known = [f.name for f in attrs.fields(cls)]
         for key in data:
             if key not in known:
                 raise ConfigError(
-                    f"{where}: unknown policy setting {key!r}; known settings: {', '.join(known)}"
+                    f"{prefix}policy.{key}: unknown setting; known settings: {', '.join(known)}"
                 )
         for key, value in data.items():
             expected = bool if key == "refuse_repeats" else int
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 raise ConfigError(
-                    f"{where}: policy setting {key!r} must be "
+                    f"{prefix}policy.{key}: must be "
                     f"{'true or false' if expected is bool else 'a whole number'}, got {value!r}"
                 )
         try:
             return cls(**data)
         except ConfigError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+            raise ConfigError(f"{prefix}{exc}") from None

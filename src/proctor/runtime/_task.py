@@ -158,7 +158,13 @@ _CONTRACT = ("protected", "required_files")
 
 
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?")
-_FIELD = re.compile(r"^(?P<table>[\w-]+)(?:\[(?P<n>\d+)\])?(?:\.(?P<key>[\w:-]+))?")
+_FIELD = re.compile(r"^(?P<table>[\w-]+)(?:\[(?P<n>\d+)\])?(?P<rest>(?:\.[\w:-]+)*)")
+_PART = r'(?:"[^"]*"|[\w:-]+)'
+_KEY = re.compile(rf"^\s*({_PART}(?:\s*\.\s*{_PART})*)\s*=")
+
+
+def _parts(dotted: str) -> list[str]:
+    return [p.strip().strip('"') for p in re.findall(_PART, dotted)]
 
 
 class _Where:
@@ -169,35 +175,41 @@ class _Where:
         self.lines = text.splitlines()
 
     def line_of(self, field: str) -> int | None:
+        """
+        The line that sets ``field``: its key in its own table, else the nearest
+        enclosing key (an inline table), else the table's header.
+        """
         m = _FIELD.match(field)
         if m is None:
             return None
-        table, key = m["table"], m["key"]
+        table, keys = m["table"], [k for k in m["rest"].split(".") if k]
         occurrence = int(m["n"] or 1)
-        current: str | None = None
+        path: list[str] = []
         seen: dict[str, int] = {}
-        header_line = None
+        header_line = enclosing = None
         for number, line in enumerate(self.lines, start=1):
             header = _HEADER.match(line)
             if header is not None:
-                current = header[2].split(".")[0].strip().strip('"')
-                dotted = header[2].split(".")[1:]
-                seen[current] = seen.get(current, 0) + 1
-                if current == table and seen[current] == occurrence:
+                path = _parts(header[2])
+                if len(path) == 1 or header[1] == "[[":
+                    # [x] and [[x]] open a table; [x.y] continues table x.
+                    seen[path[0]] = seen.get(path[0], 0) + 1
+                if path[0] == table and seen.get(table) == occurrence:
                     header_line = header_line or number
-                    if key is not None and dotted and dotted[0].strip().strip('"') == key:
+                    if path[1:] == keys:
                         return number
                 continue
+            key = _KEY.match(line)
             if key is None:
-                if current is None and re.match(rf"^\s*\"?{re.escape(table)}\"?\s*=", line):
-                    return number
                 continue
-            in_table = current == table and seen.get(table) == occurrence
-            if in_table and re.match(rf"^\s*\"?{re.escape(key)}\"?\s*=", line):
+            full = path + _parts(key[1])
+            if full[0] != table or (path and seen.get(table) != occurrence):
+                continue
+            if full[1:] == keys:
                 return number
-            if current is None and re.match(rf"^\s*\"?{re.escape(table)}\"?\s*=", line):
-                return number
-        return header_line
+            if len(full) > 1 and full[1:] == keys[: len(full) - 1]:
+                enclosing = enclosing or number
+        return enclosing or header_line
 
     def error(self, field: str, message: str) -> ConfigError:
         line = self.line_of(field)
@@ -312,7 +324,8 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
                 )
             )
         except (ConfigError, TypeError, ValueError) as exc:
-            bad = next((k for k in _CHECK if f"'{k}'" in str(exc)), None)
+            named = re.match(r"check .*?: '(\w+)'", str(exc))
+            bad = named[1] if named and named[1] in _CHECK else None
             raise where.error(f"{field}.{bad}" if bad else field, str(exc)) from None
     names = [c.name for c in checks]
     if len(set(names)) != len(names):
@@ -340,7 +353,7 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         raise where.error(_named(str(exc), "budget"), _message(str(exc))) from None
 
     try:
-        policy = Policy.from_mapping(_table(where, data, "policy"), where="policy")
+        policy = Policy.from_mapping(_table(where, data, "policy"))
     except ConfigError as exc:
         raise where.error(_named(str(exc), "policy"), _message(str(exc))) from None
 

@@ -238,7 +238,7 @@ def _parse_event(obj: Any, index: int) -> Event:
     if not isinstance(obj, dict):
         raise _fail(line, "an event must be a JSON object")
     kind = _choice(_need(obj, "type", line, "an event"), tuple(_EVENT_KEYS), line, "type")
-    what = f"a {kind} event"
+    what = f"an {kind} event" if kind == "action" else f"a {kind} event"
     _check_keys(obj, _EVENT_KEYS[kind], line, what)
     if kind == "action":
         _string(_need(obj, "tool", line, what), line, "tool")
@@ -361,6 +361,7 @@ class FileModel:
     )
     _sum: int = 0
     _seen: set[str] = attrs.field(factory=set)
+    _known: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def digest(self) -> str:
@@ -402,7 +403,14 @@ class FileModel:
         if old is not None:
             self._sum = (self._sum - _entry_hash(path, self._state(old))) & _MASK
 
-    def apply(self, tool: str, args: Mapping[str, Any], status: ToolStatus) -> None:
+    def _content(self, path: str, content: str) -> None:
+        """Set a file's content; the content it had at the start means no entry."""
+        if self._known.get(path) == content:
+            self._revert(path)
+        else:
+            self._set(path, content, (), "file")
+
+    def apply(self, tool: str, args: Mapping[str, Any], result: ToolResult) -> None:
         """Apply the effect of one action on the model."""
         raw = args.get("path")
         if tool not in ("write_file", "edit_file", "delete_file", "read_file"):
@@ -410,9 +418,15 @@ class FileModel:
         if not isinstance(raw, str):
             return
         path = normalize_path(raw)
+        status = result.status
+        entry = self._files.get(path)
         if tool == "read_file":
             if status is ToolStatus.OK:
                 self.seen(path)
+                if entry is None:
+                    # What a file held at the start: a write of the same content
+                    # changes nothing. Reads never change the digest.
+                    self._known.setdefault(path, result.output)
             return
         if status is ToolStatus.ERROR:
             return
@@ -420,13 +434,12 @@ class FileModel:
             intended = json.dumps([tool, args.get("content"), args.get("old"), args.get("new")])
             self._set(path, None, (("uncertain", intended),), "uncertain")
             return
-        entry = self._files.get(path)
         if tool == "write_file":
             content = args.get("content")
             content = content if isinstance(content, str) else json.dumps(content)
             if entry is not None and entry[2] == "file" and entry[0] == content and not entry[1]:
                 return
-            self._set(path, content, (), "file")
+            self._content(path, content)
         elif tool == "delete_file":
             if entry is not None and entry[2] == "deleted":
                 return
@@ -438,8 +451,10 @@ class FileModel:
             base, edits, tag = entry if entry is not None else (None, (), "original")
             if tag in ("deleted", "uncertain"):
                 base, edits, tag = None, (), "original"
+            if base is None and not edits and tag == "original":
+                base = self._known.get(path)
             if base is not None and not edits and old in base:
-                self._set(path, base.replace(old, new, 1), (), tag)
+                self._content(path, base.replace(old, new, 1))
                 return
             if edits and edits[-1] == (new, old):
                 edits = edits[:-1]
@@ -519,7 +534,7 @@ def replay(trajectory: Trajectory) -> Replay:
                     continue
                 result = _result(event.data)
                 before = model.digest
-                model.apply(call.tool, call.args, result.status)
+                model.apply(call.tool, call.args, result)
                 digests.append(model.digest)
                 items.append(Act(call, result, before, model.digest))
             rulings = judge.round(items)
