@@ -18,6 +18,7 @@ from proctor._errors import TrajectoryError as TrajectoryError
 from proctor._errors import WorkspaceError as WorkspaceError
 from proctor.budgets import Budget as Budget
 from proctor.runtime import Actor as Actor
+from proctor.runtime import Amendment as Amendment
 from proctor.runtime import Claim as Claim
 from proctor.runtime import Completion as Completion
 from proctor.runtime import Decision as Decision
@@ -34,16 +35,22 @@ from proctor.runtime import ScriptedActor as ScriptedActor
 from proctor.runtime import Task as Task
 from proctor.runtime import ToolCall as ToolCall
 from proctor.runtime import ToolResult as ToolResult
+from proctor.runtime import amend as amend
 from proctor.runtime import load_task as load_task
 from proctor.runtime import replay as replay
 from proctor.runtime import run as run
 from proctor.verifiers import CommandCheck as CommandCheck
 from proctor.verifiers import Evidence as Evidence
+from proctor.verifiers import FileCheck as FileCheck
+from proctor.verifiers import JudgeCheck as JudgeCheck
+from proctor.verifiers import JudgeFindings as JudgeFindings
+from proctor.verifiers import PythonCheck as PythonCheck
 
 __version__ = "0.1.0"
 
 __all__ = (
     "Actor",
+    "Amendment",
     "Budget",
     "BudgetError",
     "Claim",
@@ -55,14 +62,18 @@ __all__ = (
     "EffectError",
     "Evidence",
     "FencedError",
+    "FileCheck",
     "FunctionActor",
     "JournalError",
+    "JudgeCheck",
+    "JudgeFindings",
     "Message",
     "MessageKind",
     "Observation",
     "Policy",
     "ProctorError",
     "Proposal",
+    "PythonCheck",
     "Round",
     "RunNotFoundError",
     "RunResult",
@@ -74,6 +85,7 @@ __all__ = (
     "TrajectoryError",
     "WorkspaceError",
     "__version__",
+    "amend",
     "load_task",
     "replay",
     "run",

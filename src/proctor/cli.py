@@ -396,6 +396,55 @@ def replay_command(trajectory: Path, as_json: bool, policy_path: Path | None, di
             click.echo(f"  event {s.index}: {s.decision.value}  {s.reason}")
 
 
+@main.command("amend")
+@click.argument("run_id")
+@_JOURNAL
+@click.option("--who", required=True, help="Who amends the contract.")
+@click.option("--why", required=True, help="Why: journaled, and told to the actor.")
+@click.option("--protect", multiple=True, help="A glob pattern to protect (repeatable).")
+@click.option("--unprotect", multiple=True, help="A protected pattern to drop (repeatable).")
+@click.option(
+    "--scope", multiple=True, help="The allowed scope, replacing the old one (repeatable)."
+)
+@click.option("--check", "checks", multiple=True, help="Add a command check: NAME=COMMAND.")
+@click.option("--drop-check", multiple=True, help="Remove a check by name (repeatable).")
+def amend_command(
+    run_id: str,
+    journal: str,
+    who: str,
+    why: str,
+    protect: tuple[str, ...],
+    unprotect: tuple[str, ...],
+    scope: tuple[str, ...],
+    checks: tuple[str, ...],
+    drop_check: tuple[str, ...],
+) -> None:
+    """Amend a run's acceptance contract: journaled, and earlier evidence goes stale."""
+    from proctor.runtime._operator import Amendment, amend
+
+    added = []
+    for spec in checks:
+        name, sep, command = spec.partition("=")
+        if not sep or not name.strip() or not command.strip():
+            _fail(f"--check {spec!r}: expected NAME=COMMAND, such as tests='pytest -q'")
+        added.append((name.strip(), command.strip()))
+    amendment = Amendment(
+        who=who,
+        why=why,
+        protect=protect,
+        unprotect=unprotect,
+        scope=scope or None,
+        add_checks=tuple(added),
+        drop_checks=drop_check,
+    )
+
+    async def go() -> str:
+        return await amend(journal, run_id, amendment)
+
+    full = _guard(go)
+    click.echo(f"amended the contract of run {full}; a running controller applies it next step")
+
+
 @main.command("export")
 @click.argument("run_id")
 @_JOURNAL

@@ -74,7 +74,8 @@ async def test_build_rescue_completes_and_fences_later_writes(tmp_path: Path) ->
     assert result.disposition is Disposition.COMPLETED
     assert result.stop_reason is not None
     assert result.stop_reason.code == "checks_passed"
-    assert [e.passed for e in result.evidence] == [True]
+    # The tests, and the scope check the protected tests imply.
+    assert [(e.check, e.passed) for e in result.evidence] == [("tests", True), ("scope", True)]
     assert result.evidence[0].candidate_digest == result.candidate.digest
     # The write after completion was refused by the fence and never ran.
     assert "a + b" in (root / "calc.py").read_text()
@@ -114,9 +115,9 @@ async def test_completion_needs_evidence_for_the_candidate_as_it_stands(tmp_path
     result = await run(_task(root, policy=Policy(stall_threshold=0)), actor, tmp_path / "j")
     # The wrap-up verification after the actor stopped judges the fixed candidate.
     assert result.disposition is Disposition.COMPLETED
-    digests = [e.candidate_digest for e in result.evidence]
-    assert len(set(digests)) == 2
-    assert [e.passed for e in result.evidence] == [False, True]
+    tests = [e for e in result.evidence if e.check == "tests"]
+    assert len({e.candidate_digest for e in tests}) == 2
+    assert [e.passed for e in tests] == [False, True]
     assert result.evidence[-1].candidate_digest == result.candidate.digest
 
 
@@ -244,7 +245,7 @@ async def test_step_budget_ends_the_run_after_a_wrap_up_verification(tmp_path: P
     assert result2.stop_reason is not None
     assert result2.stop_reason.limit == "steps"
     assert result2.stop_reason.bound == 3
-    assert [e.passed for e in result2.evidence] == [False]
+    assert [e.passed for e in result2.evidence if e.check == "tests"] == [False]
 
 
 async def test_actor_crash_ends_the_run_failed(tmp_path: Path) -> None:

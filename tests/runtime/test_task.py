@@ -268,8 +268,10 @@ def test_task_that_is_not_a_table(home: Path) -> None:
 def test_a_build_task_with_no_checks(home: Path) -> None:
     text = TASK.split("[[checks]]")[0] + "[contract]" + TASK.split("[contract]")[1]
     path, message = config_error(home, text)
-    assert message.startswith(f"{path}: checks: a build task needs at least one required check")
-    assert "[[checks]] with name and run" in message
+    assert message == (
+        f"{path}: checks: a build task needs at least one required check that is not a "
+        "judge: only checks can complete a build"
+    )
 
 
 def test_a_build_task_with_only_optional_checks(home: Path) -> None:
@@ -290,7 +292,8 @@ def test_a_check_without_run(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, '[[checks]]')}: checks[1]: "
-        "needs name and run (a command: string or list)"
+        "needs name and either run (a command: string or list) or files "
+        "(path patterns that must exist)"
     )
 
 
@@ -299,7 +302,8 @@ def test_a_second_check_without_run_names_its_own_line(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, '[[checks]]', 2)}: checks[2]: "
-        "needs name and run (a command: string or list)"
+        "needs name and either run (a command: string or list) or files "
+        "(path patterns that must exist)"
     )
 
 
@@ -558,12 +562,13 @@ def test_facts_carry_only_required_checks(tmp_path: Path) -> None:
     )
     facts = task.facts()
     assert facts.kind == "build"
-    assert facts.checks == ("a",)
+    # Protected paths imply the scope check, which is required.
+    assert facts.checks == ("a", "scope")
     assert facts.protected == ("tests/**",)
 
 
 def test_describe_is_plain_data(tmp_path: Path) -> None:
-    task = Task(goal="g", workspace=tmp_path, budget=Budget.of(steps=5))
+    task = Task(goal="g", workspace=tmp_path, kind="answer", budget=Budget.of(steps=5))
     described = task.describe()
     assert described["goal"] == "g"
     assert described["workspace"] == str(tmp_path.resolve())
@@ -589,9 +594,14 @@ def _base(tmp_path: Path) -> Task:
         {"checks": (CommandCheck("tests", ("pytest", "-x")),)},
         {"checks": (CommandCheck("unit", ("pytest", "-q")),)},
         {"checks": (CommandCheck("tests", ("pytest", "-q"), expect_exit=1),)},
-        {"checks": (CommandCheck("tests", ("pytest", "-q"), required=False),)},
+        {
+            "checks": (
+                CommandCheck("tests", ("pytest", "-q")),
+                CommandCheck("x", "y", required=False),
+            )
+        },
         {"checks": (CommandCheck("tests", ("pytest", "-q")), CommandCheck("lint", "ruff"))},
-        {"checks": ()},
+        {"checks": (CommandCheck("tests", ("pytest", "-q"), time_limit=5),)},
         {"protected": ("tests/**", "conftest.py")},
         {"protected": ()},
         {"required_files": ()},
@@ -659,7 +669,7 @@ def template(tmp_path: Path) -> Path:
 def test_prepare_workspace_lays_the_workspace_from_the_template(
     tmp_path: Path, template: Path
 ) -> None:
-    task = Task(goal="g", workspace=tmp_path / "ws", template=template)
+    task = Task(goal="g", workspace=tmp_path / "ws", kind="answer", template=template)
     prepare_workspace(task)
     ws = tmp_path / "ws"
     assert (ws / "src" / "app.py").read_text() == "x = 1\n"
@@ -671,7 +681,7 @@ def test_prepare_workspace_lays_the_workspace_from_the_template(
 
 
 def test_prepare_workspace_replaces_what_it_laid(tmp_path: Path, template: Path) -> None:
-    task = Task(goal="g", workspace=tmp_path / "ws", template=template)
+    task = Task(goal="g", workspace=tmp_path / "ws", kind="answer", template=template)
     prepare_workspace(task)
     ws = tmp_path / "ws"
     (ws / "scratch.txt").write_text("left over")
@@ -689,7 +699,7 @@ def test_prepare_workspace_refuses_a_directory_it_did_not_lay(
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "precious.txt").write_text("mine")
-    task = Task(goal="g", workspace=ws, template=template)
+    task = Task(goal="g", workspace=ws, kind="answer", template=template)
     with pytest.raises(ConfigError) as info:
         prepare_workspace(task)
     message = str(info.value)
@@ -701,7 +711,7 @@ def test_prepare_workspace_refuses_a_directory_it_did_not_lay(
 
 def test_prepare_workspace_without_a_template_leaves_the_workspace(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("kept")
-    prepare_workspace(Task(goal="g", workspace=tmp_path))
+    prepare_workspace(Task(goal="g", workspace=tmp_path, kind="answer"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
 
 

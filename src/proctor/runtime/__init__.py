@@ -9,6 +9,8 @@ from proctor.runtime._journal import Journal as Journal
 from proctor.runtime._journal import open_journal as open_journal
 from proctor.runtime._judge import Judge as Judge
 from proctor.runtime._judge import TaskFacts as TaskFacts
+from proctor.runtime._operator import Amendment as Amendment
+from proctor.runtime._operator import amend as amend
 from proctor.runtime._outcome import Candidate as Candidate
 from proctor.runtime._outcome import Handoff as Handoff
 from proctor.runtime._outcome import RunResult as RunResult
@@ -41,6 +43,7 @@ from proctor.runtime._trajectory import replay as replay
 
 __all__ = (
     "Actor",
+    "Amendment",
     "Candidate",
     "Claim",
     "Completion",
@@ -71,6 +74,7 @@ __all__ = (
     "ToolSpec",
     "ToolStatus",
     "TraceRecord",
+    "amend",
     "load_script",
     "load_task",
     "open_journal",

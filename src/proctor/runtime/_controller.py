@@ -52,6 +52,7 @@ from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, run_actor
 from proctor.runtime._journal import Journal, open_journal
 from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
 from proctor.runtime._normalize import canonical_json, digest, fingerprint
+from proctor.runtime._operator import apply_amendment
 from proctor.runtime._outcome import Candidate, Handoff, RunResult
 from proctor.runtime._process import ProcessGroups
 from proctor.runtime._records import (
@@ -76,6 +77,7 @@ from proctor.runtime._tools import ToolContext, ToolRegistry, call_tool
 from proctor.runtime._workspace import Workspace
 from proctor.verifiers._candidate import TreeHasher, freeze
 from proctor.verifiers._evidence import Evidence
+from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, VerifyResult, run_verifier
 
 __all__ = ("Controller", "StepCallback", "run")
@@ -148,6 +150,9 @@ class Controller:
     _deadline: Deadline | None = None
     _effects: int = 0
     final_digest: str = ""
+    baseline: dict[str, str] = attrs.field(factory=dict)
+    _notes_seen: int = 0
+    _note: str = ""
     _actor_done: bool = False
     handoff: Handoff | None = None
 
@@ -247,6 +252,8 @@ class Controller:
         text: str,
         results: Sequence[ToolResult] = (),
     ) -> None:
+        if self._note:
+            text, self._note = f"{self._note}\n{text}", ""
         observation = Observation(
             step=self.step,
             kind=kind,
@@ -268,6 +275,7 @@ class Controller:
             f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}",
         )
         while not self.judge.terminal:
+            await self._amendments()
             if self._deadline is not None:
                 await self._on_deadline(self._deadline)
                 continue
@@ -290,6 +298,25 @@ class Controller:
                 await self._proposal(message)
             # Stray replies (none are expected) are dropped.
         await self._end()
+
+    async def _amendments(self) -> None:
+        """Apply the operator's journaled amendments of the contract, in order."""
+        for note in await self.journal.notes(self.run_id):
+            if note["id"] <= self._notes_seen or note["kind"] != "amend":
+                continue
+            self._notes_seen = note["id"]
+            body = note["body"]
+            self.task = apply_amendment(self.task, body)
+            self.judge.amend(self.task.facts(), self.task.contract_version)
+            await self.journal.put_task(
+                self.task_id, self.task.goal, self.task.describe(), self.task.contract_version
+            )
+            reason = (
+                f"the contract was amended by {body.get('who', 'an operator')}: "
+                f"{body.get('why', '')}; earlier evidence is stale"
+            )
+            await self._record("amend", Ruling(Decision.CONTINUE, False, reason))
+            self._note = reason
 
     async def _proposal(self, proposal: Proposal) -> None:
         step_grant = await self._reserve({"steps": 1.0})
@@ -440,9 +467,9 @@ class Controller:
                 verification that the actor did not ask for reports nothing.
         """
         current = await self._digest()
-        self.judge.digest = current
-        known = self.judge.evidence.get(current, {})
-        names = [c.name for c in self.task.checks]
+        self.judge.observe_candidate(current)
+        known = self.judge.evidence.get((current, self.task.contract_version), {})
+        names = [c.name for c in self.task.all_checks()]
         if names and all(name in known for name in names):
             failing = [n for n in names if not known[n]]
             if report:
@@ -460,17 +487,30 @@ class Controller:
                 ref,
                 snapshot,
                 self.task.contract_version,
-                self.task.checks,
-                self.task.ignore,
+                self.task.all_checks(),
+                CheckContext(
+                    baseline=self.baseline,
+                    protected=self.task.protected,
+                    scope=self.task.scope,
+                    ignore=self.task.ignore,
+                ),
             )
         )
         result: VerifyResult = await self._reply(ref, (VerifyResult,))
+        # Whatever changed while the checks ran makes their evidence stale.
+        self.judge.observe_candidate(await self._digest())
         lines = []
         last: Ruling | None = None
         for evidence in result.evidence:
             self.evidence.append(evidence)
             await self.journal.add_evidence(self.run_id, self.task_id, to_jsonable(evidence))
-            verdict = Verdict(evidence.check, evidence.passed, result.digest, evidence.excerpt)
+            verdict = Verdict(
+                evidence.check,
+                evidence.passed,
+                result.digest,
+                evidence.excerpt,
+                evidence.contract_version,
+            )
             ruling = self.judge.verdict(verdict)
             event = {
                 "type": "verdict",
@@ -632,19 +672,29 @@ def _handoff(controller: Controller, spend: dict[str, float], current: str) -> H
     judge = controller.judge
     assert judge.disposition is not None
     latest: dict[str, Evidence] = {}
+    version = controller.task.contract_version
     for ev in controller.evidence:
-        if ev.candidate_digest == current:
+        if ev.candidate_digest == current and ev.contract_version == version:
             latest[ev.check] = ev
     evidence = tuple(
         f"{name}: {'passed' if ev.passed else 'failed'} on {ev.candidate_digest[:12]}"
-        f" (exit {ev.exit_code}, contract {ev.contract_version[:12]})"
+        + (f" (exit {ev.exit_code}, " if ev.exit_code is not None else " (")
+        + f"contract {ev.contract_version[:12]})"
         for name, ev in sorted(latest.items())
     )
-    findings = tuple(
-        f"{name} fails" + (f": {', '.join(ev.failing_tests)}" if ev.failing_tests else "")
-        for name, ev in sorted(latest.items())
-        if not ev.passed
-    )
+    findings: list[str] = []
+    for name, ev in sorted(latest.items()):
+        tests = f": {', '.join(ev.failing_tests)}" if ev.failing_tests else ""
+        if not ev.passed:
+            # Optional checks do not block completion: what they found is a suggestion.
+            findings.append(
+                f"{name} fails{tests}" if ev.required else f"suggestion: {name} fails{tests}"
+            )
+        findings += [
+            f"suggestion: {f.removeprefix('suggest: ')}"
+            for f in ev.findings
+            if f.startswith("suggest: ")
+        ]
     reason = judge.stop_reason
     disposition = judge.disposition
     nexts = {
@@ -671,7 +721,7 @@ def _handoff(controller: Controller, spend: dict[str, float], current: str) -> H
         stop_reason=reason,
         candidate_digest=current,
         evidence=evidence,
-        open_findings=findings,
+        open_findings=tuple(findings),
         spend=spend,
         next_step=next_step,
         owner=owner,
@@ -757,6 +807,7 @@ async def _run(
         task=task.facts(),
         policy=task.policy,
         digest=await anyio.to_thread.run_sync(hasher.digest),
+        contract_version=task.contract_version,
     )
 
     inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
@@ -780,6 +831,7 @@ async def _run(
         to_accountant=acc_tx,
         actor_scope=actor_scope,
         on_step=on_step,
+        baseline=hasher.files(),
     )
     controller.remaining = ledger.remaining()
 

@@ -143,12 +143,16 @@ class Refused:
 
 @attrs.frozen
 class Verdict:
-    """The external verifier's result for one check on the candidate with ``digest``."""
+    """
+    The external verifier's result for one check on the candidate with ``digest``,
+    under the contract with version ``contract`` (evidence under another version is stale).
+    """
 
     check: str
     passed: bool
     digest: str
     output: str = ""
+    contract: str = ""
 
 
 @attrs.frozen
@@ -233,10 +237,13 @@ class Judge:
     policy: Policy
     digest: str
     missing_files: Callable[[], tuple[str, ...]] = lambda: ()
+    contract_version: str = ""
     disposition: Disposition | None = attrs.field(default=None, init=False)
     stop_reason: StopReason | None = attrs.field(default=None, init=False)
     state_version: int = attrs.field(default=0, init=False)
-    evidence: dict[str, dict[str, bool]] = attrs.field(factory=dict, init=False)
+    evidence: dict[tuple[str, str], dict[str, bool]] = attrs.field(factory=dict, init=False)
+    actions: int = attrs.field(default=0, init=False)
+    _last_failure: dict[str, str] = attrs.field(factory=dict, init=False)
     fetched: set[str] = attrs.field(factory=set, init=False)
     rescues: int = attrs.field(default=0, init=False)
     _rescue_text: str = attrs.field(default="", init=False)
@@ -278,8 +285,11 @@ class Judge:
         return None
 
     def passing(self, digest: str) -> bool:
-        """Whether every required check passes for the candidate with ``digest``."""
-        verdicts = self.evidence.get(digest, {})
+        """
+        Whether every required check passes for the candidate with ``digest``
+        under the current contract version.
+        """
+        verdicts = self.evidence.get((digest, self.contract_version), {})
         required = self.task.checks or tuple(verdicts)
         return bool(required) and all(verdicts.get(name) is True for name in required)
 
@@ -320,6 +330,25 @@ class Judge:
         return entry is None or entry[1] < self.policy.poll_limit
 
     # -- steps --------------------------------------------------------------
+
+    def observe_candidate(self, digest: str) -> bool:
+        """
+        Take note of the candidate as it stands when it changed outside the
+        controller's own calls (a background process, a person). Returns whether it
+        changed.
+        """
+        if digest == self.digest:
+            return False
+        self.digest = digest
+        self._window.seen.add(digest)
+        self.state_version += 1
+        return True
+
+    def amend(self, task: TaskFacts, contract_version: str) -> None:
+        """An operator changed the contract: evidence under the old version is stale."""
+        self.task = task
+        self.contract_version = contract_version
+        self.state_version += 1
 
     def round(self, items: Sequence[Act | Refused]) -> list[Ruling]:
         """
@@ -376,6 +405,7 @@ class Judge:
         self, act: Act, failures_hit: set[tuple[str, str]]
     ) -> tuple[bool | None, str, dict[str, Any], str | None]:
         w = self._window
+        self.actions += 1
         call, result = act.call, act.result
         spec = self.spec(call.tool)
         key = action_key(call, self.task.tools)
@@ -701,6 +731,15 @@ class Judge:
                 "(the unmet condition, the evidence already obtained, and why no permitted "
                 "action can resolve it)",
             )
+        if self.actions == 0 and self.task.kind == "build" and self.task.checks:
+            # Evidence "already obtained" with nothing tried: every permitted path was skipped.
+            self._count(False)
+            return Ruling(
+                Decision.REFUSE,
+                False,
+                "claim refused: nothing was tried yet; read the relevant files and run the "
+                "checks first, then claim with the evidence they gave",
+            )
         disposition = Disposition.BLOCKED if claim.status == "blocked" else Disposition.NEEDS_INPUT
         return self._finish(
             disposition,
@@ -715,18 +754,25 @@ class Judge:
         if self.disposition is not None:
             return Ruling(Decision.CONTINUE, False, "evidence after the end is kept, not decided")
         w = self._window
-        self.evidence.setdefault(verdict.digest, {})[verdict.check] = verdict.passed
+        key = (verdict.digest, verdict.contract)
+        self.evidence.setdefault(key, {})[verdict.check] = verdict.passed
         self.state_version += 1
         delta: dict[str, Any] = {
             "evidence": f"{verdict.check}:{'pass' if verdict.passed else 'fail'}"
         }
-        stale = verdict.digest != self.digest
+        stale = verdict.digest != self.digest or verdict.contract != self.contract_version
+        repeated = False
         if verdict.passed:
             new = w.work.add("pass", verdict.digest, verdict.check)
+            self._last_failure.pop(verdict.check, None)
         else:
             signature = failure_signature(verdict.output, None)
             fkey = f"check:{verdict.check}:{signature}"
             new = w.work.add("failure", verdict.digest, fkey)
+            # A repair cycle that leaves the failing condition as it was is no progress,
+            # even on a new candidate.
+            repeated = self._last_failure.get(verdict.check) == fkey
+            self._last_failure[verdict.check] = fkey
             hit: set[tuple[str, str]] = set()
             entry = (verdict.digest, fkey)
             hit.add(entry)
@@ -738,7 +784,10 @@ class Judge:
                     return Ruling(
                         Decision.STOP, False, stop_reason.message, disposition, stop_reason, delta
                     )
-        if new:
+        if repeated:
+            new = False
+            self._count(False)
+        elif new:
             w.stall = 0
         if stale:
             return Ruling(
@@ -748,7 +797,7 @@ class Judge:
                 delta=delta,
             )
         if self.task.kind == "build" and self.passing(self.digest):
-            names = sorted(self.evidence[self.digest])
+            names = sorted(self.evidence[(self.digest, self.contract_version)])
             ruling = self._finish(
                 Disposition.COMPLETED,
                 "checks_passed",

@@ -23,6 +23,7 @@ from proctor.runtime._normalize import normalize_path
 from proctor.runtime._policy import Policy
 from proctor.verifiers._candidate import DEFAULT_IGNORE
 from proctor.verifiers._checks import CommandCheck, contract_version
+from proctor.verifiers._more_checks import Check, FileCheck, JudgeCheck, ScopeCheck
 
 __all__ = ("ActorSpec", "Task", "TaskFile", "load_task", "parse_task", "prepare_workspace")
 
@@ -35,8 +36,31 @@ def _resolved(value: str | Path) -> Path:
     return Path(value).resolve()
 
 
-def _checks(value: Iterable[CommandCheck]) -> tuple[CommandCheck, ...]:
+def _checks(value: Iterable[Check]) -> tuple[Check, ...]:
     return tuple(value)
+
+
+def _describe_check(check: Check) -> dict[str, Any]:
+    """A check as contract data: what it runs and how it decides."""
+    data: dict[str, Any] = {"name": check.name, "required": check.required}
+    if isinstance(check, CommandCheck):
+        data |= {
+            "kind": "command",
+            "run": list(check.run) if not isinstance(check.run, str) else check.run,
+            "expect_exit": check.expect_exit,
+            "time_limit": check.time_limit,
+            "junit": check.junit,
+        }
+    elif isinstance(check, FileCheck):
+        data |= {"kind": "files", "files": list(check.paths), "pattern": check.pattern}
+    elif isinstance(check, ScopeCheck):
+        data |= {"kind": "scope"}
+    elif isinstance(check, JudgeCheck):
+        data |= {"kind": "judge", "judge": getattr(check.judge, "__qualname__", "judge")}
+    else:
+        fn = getattr(check, "fn", check)
+        data |= {"kind": "python", "fn": f"{fn.__module__}.{getattr(fn, '__qualname__', fn)}"}
+    return data
 
 
 def _strings(value: Iterable[str]) -> tuple[str, ...]:
@@ -53,8 +77,12 @@ class Task:
         workspace: the directory the actor works in; every tool is confined to it.
         kind: ``build`` (an artifact judged by checks) or ``answer`` (an answer
             judged by its grounding in fetched sources).
-        checks: the acceptance checks, run by the verifier on a frozen candidate.
+        checks: the acceptance checks, run by the verifier on a frozen candidate
+            (:class:`CommandCheck`, :class:`FileCheck`, :class:`PythonCheck`,
+            :class:`JudgeCheck`). A scope check is added when ``protected`` or
+            ``scope`` is set. A build needs a required check that is not a judge.
         protected: glob patterns of paths the actor may not change (the checks, the tests).
+        scope: glob patterns the change must stay within (empty: anywhere).
         required_files: glob patterns of files the result must contain.
         ignore: glob patterns left out of the candidate digest and snapshots.
         budget: the limits, kept by the accountant.
@@ -70,8 +98,9 @@ class Task:
     goal: str
     workspace: Path = attrs.field(converter=_resolved)
     kind: Literal["build", "answer"] = "build"
-    checks: tuple[CommandCheck, ...] = attrs.field(default=(), converter=_checks)
+    checks: tuple[Check, ...] = attrs.field(default=(), converter=_checks)
     protected: tuple[str, ...] = attrs.field(default=(), converter=_paths)
+    scope: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     required_files: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     ignore: tuple[str, ...] = attrs.field(default=DEFAULT_IGNORE, converter=_strings)
     budget: Budget = attrs.field(factory=Budget)
@@ -80,22 +109,37 @@ class Task:
     task_id: str | None = None
     template: Path | None = None
 
+    def __attrs_post_init__(self) -> None:
+        names = [c.name for c in self.checks]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"check names must be unique, got {names}")
+        if len(self.all_checks()) > len(self.checks) and "scope" in names:
+            raise ConfigError(
+                "a check is named 'scope', the name of the scope check that protected paths "
+                "imply: rename it"
+            )
+        if self.kind == "build" and not any(
+            c.required and not isinstance(c, JudgeCheck | ScopeCheck) for c in self.checks
+        ):
+            raise ConfigError(
+                "a build task needs at least one required check that is not a judge: "
+                "only checks can complete a build"
+            )
+
+    def all_checks(self) -> tuple[Check, ...]:
+        """The checks the verifier runs: the task's, and the scope check it implies."""
+        implied = self.protected or self.scope
+        if implied and not any(isinstance(c, ScopeCheck) for c in self.checks):
+            return (*self.checks, ScopeCheck())
+        return self.checks
+
     def contract(self) -> dict[str, Any]:
         """The acceptance contract as plain data: what decides success."""
         return {
             "kind": self.kind,
-            "checks": [
-                {
-                    "name": c.name,
-                    "run": list(c.run) if not isinstance(c.run, str) else c.run,
-                    "expect_exit": c.expect_exit,
-                    "required": c.required,
-                    "time_limit": c.time_limit,
-                    "junit": c.junit,
-                }
-                for c in self.checks
-            ],
+            "checks": [_describe_check(c) for c in self.all_checks()],
             "protected": list(self.protected),
+            "scope": list(self.scope),
             "required_files": list(self.required_files),
         }
 
@@ -108,7 +152,7 @@ class Task:
         """What the decision core needs to know of this task."""
         return TaskFacts(
             kind=self.kind,
-            checks=tuple(c.name for c in self.checks if c.required),
+            checks=tuple(c.name for c in self.all_checks() if c.required),
             protected=self.protected,
             required_files=self.required_files,
         )
@@ -153,8 +197,8 @@ class TaskFile:
 
 _TOP = ("task", "checks", "contract", "budget", "policy", "actor")
 _TASK = ("goal", "workspace", "kind", "id", "command_time_limit", "ignore", "template")
-_CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit")
-_CONTRACT = ("protected", "required_files")
+_CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit", "files", "pattern")
+_CONTRACT = ("protected", "scope", "required_files")
 
 
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?")
@@ -304,15 +348,34 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     raw_checks = data.get("checks", [])
     if not isinstance(raw_checks, list):
         raise where.error("checks", "must be an array of tables: [[checks]]")
-    checks = []
+    checks: list[Check] = []
     for number, raw in enumerate(raw_checks, start=1):
         field = f"checks[{number}]"
         if not isinstance(raw, dict):
             raise where.error(field, "must be a table")
         _known(where, raw, _CHECK, field)
-        if "name" not in raw or "run" not in raw:
-            raise where.error(field, "needs name and run (a command: string or list)")
+        if "name" not in raw or ("run" not in raw) == ("files" not in raw):
+            raise where.error(
+                field,
+                "needs name and either run (a command: string or list) or files "
+                "(path patterns that must exist)",
+            )
         try:
+            if "files" in raw:
+                extra = sorted(set(raw) & {"run", "expect_exit", "time_limit", "junit"})
+                if extra:
+                    raise where.error(f"{field}.{extra[0]}", "a files check takes no command keys")
+                checks.append(
+                    FileCheck(
+                        name=raw["name"],
+                        paths=tuple(_str_list(where, raw["files"], f"{field}.files")),
+                        pattern=raw.get("pattern"),
+                        required=raw.get("required", True),
+                    )
+                )
+                continue
+            if "pattern" in raw:
+                raise where.error(f"{field}.pattern", "only a files check takes a pattern")
             checks.append(
                 CommandCheck(
                     name=raw["name"],
@@ -327,20 +390,12 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             named = re.match(r"check .*?: '(\w+)'", str(exc))
             bad = named[1] if named and named[1] in _CHECK else None
             raise where.error(f"{field}.{bad}" if bad else field, str(exc)) from None
-    names = [c.name for c in checks]
-    if len(set(names)) != len(names):
-        raise where.error("checks", f"check names must be unique, got {names}")
-    if kind == "build" and not any(c.required for c in checks):
-        raise where.error(
-            "checks",
-            "a build task needs at least one required check ([[checks]] with name and run): "
-            "only checks can complete a build",
-        )
 
     contract = _table(where, data, "contract")
     _known(where, contract, _CONTRACT, "contract")
     protected = _str_list(where, contract.get("protected", []), "contract.protected")
     required_files = _str_list(where, contract.get("required_files", []), "contract.required_files")
+    scope = _str_list(where, contract.get("scope", []), "contract.scope")
 
     budget_table = _table(where, data, "budget")
     reserve = budget_table.get("reserve", {})
@@ -372,20 +427,24 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         script_path,
         {k: v for k, v in actor_table.items() if k not in ("kind", "script")},
     )
-    built = Task(
-        goal=goal,
-        workspace=workspace_path,
-        kind=kind,
-        checks=tuple(checks),
-        protected=tuple(protected),
-        required_files=tuple(required_files),
-        ignore=ignore,
-        budget=budget,
-        policy=policy,
-        command_time_limit=float(time_limit),
-        task_id=task_id,
-        template=template_path,
-    )
+    try:
+        built = Task(
+            goal=goal,
+            workspace=workspace_path,
+            kind=kind,
+            checks=tuple(checks),
+            protected=tuple(protected),
+            scope=tuple(scope),
+            required_files=tuple(required_files),
+            ignore=ignore,
+            budget=budget,
+            policy=policy,
+            command_time_limit=float(time_limit),
+            task_id=task_id,
+            template=template_path,
+        )
+    except ConfigError as exc:
+        raise where.error("checks", str(exc)) from None
     return TaskFile(path, built, actor)
 
 

@@ -29,6 +29,7 @@ from anyio.abc import ByteReceiveStream, Process
 
 from proctor._errors import ConfigError
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
+from proctor.verifiers._more_checks import CheckContext
 
 __all__ = ("CommandCheck", "contract_version")
 
@@ -123,7 +124,13 @@ class CommandCheck:
         """The argv the check runs (a shell string becomes ``/bin/sh -c``)."""
         return (_SHELL, "-c", self.run) if isinstance(self.run, str) else self.run
 
-    async def run_check(self, snapshot: Path, digest: str, contract_version: str) -> Evidence:
+    async def run_check(
+        self,
+        snapshot: Path,
+        digest: str,
+        contract_version: str,
+        context: CheckContext | None = None,
+    ) -> Evidence:
         """
         Run the command in the snapshot directory and return its evidence.
 
@@ -138,6 +145,7 @@ class CommandCheck:
             snapshot: the frozen candidate; the command runs there and may write there.
             digest: the snapshot's tree digest, which the evidence is bound to.
             contract_version: the contract's version, which the evidence is bound to.
+            context: what other checks may use; a command needs none of it.
         """
         argv = self.argv
         notes: list[str] = []

@@ -17,8 +17,8 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from proctor.verifiers._candidate import tree_digest
-from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._evidence import Evidence
+from proctor.verifiers._more_checks import Check, CheckContext, JudgeCheck
 
 __all__ = ("VerifyRequest", "VerifyResult", "run_verifier")
 
@@ -34,15 +34,15 @@ class VerifyRequest:
         ref: matches the result to the request.
         snapshot: the frozen copy; the verifier owns it and removes it when done.
         contract_version: the contract the evidence is bound to.
-        checks: the checks to run.
-        ignore: patterns left out of the digest.
+        checks: the checks to run; judges run last and see the others' evidence.
+        context: the baseline and the patterns the checks need.
     """
 
     ref: int
     snapshot: Path
     contract_version: str
-    checks: tuple[CommandCheck, ...]
-    ignore: tuple[str, ...]
+    checks: tuple[Check, ...]
+    context: CheckContext
 
 
 @attrs.frozen
@@ -67,12 +67,16 @@ async def run_verifier(
         async for request in requests:
             try:
                 digest = await anyio.to_thread.run_sync(
-                    tree_digest, request.snapshot, request.ignore
+                    tree_digest, request.snapshot, request.context.ignore
                 )
-                evidence = []
-                for check in request.checks:
+                evidence: list[Evidence] = []
+                ordered = sorted(request.checks, key=lambda c: isinstance(c, JudgeCheck))
+                for check in ordered:
+                    context = attrs.evolve(request.context, evidence=tuple(evidence))
                     evidence.append(
-                        await check.run_check(request.snapshot, digest, request.contract_version)
+                        await check.run_check(
+                            request.snapshot, digest, request.contract_version, context
+                        )
                     )
             finally:
                 with anyio.move_on_after(30, shield=True):
