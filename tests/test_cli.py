@@ -122,3 +122,25 @@ def test_a_malformed_task_file_names_the_field(tmp_path: Path) -> None:
     assert "task.kind" in done.stderr
     assert "task.toml:3" in done.stderr
     assert "'build' or 'answer'" in done.stderr
+
+
+def test_resume_starts_a_new_run_that_inherits_the_task(
+    example_run: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    journal, run_id, _ = example_run
+    script = tmp_path / "agent.jsonl"
+    script.write_text('{"type": "complete", "summary": "still done"}\n')
+    done = proctor("resume", run_id, "--journal", str(journal), "--script", str(script), "--json")
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["disposition"] == "completed"
+    assert outcome["run_id"] != run_id
+    shown = json.loads(
+        proctor("show", outcome["run_id"], "--journal", str(journal), "--json").stdout
+    )
+    assert (
+        shown["task_id"]
+        == json.loads(proctor("show", run_id, "--journal", str(journal), "--json").stdout)[
+            "task_id"
+        ]
+    )

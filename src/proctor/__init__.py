@@ -37,7 +37,9 @@ from proctor.runtime import ToolCall as ToolCall
 from proctor.runtime import ToolResult as ToolResult
 from proctor.runtime import amend as amend
 from proctor.runtime import load_task as load_task
+from proctor.runtime import ObservationKind as ObservationKind
 from proctor.runtime import replay as replay
+from proctor.runtime import resume as resume
 from proctor.runtime import run as run
 from proctor.verifiers import CommandCheck as CommandCheck
 from proctor.verifiers import Evidence as Evidence
@@ -70,6 +72,7 @@ __all__ = (
     "Message",
     "MessageKind",
     "Observation",
+    "ObservationKind",
     "Policy",
     "ProctorError",
     "Proposal",
@@ -88,5 +91,6 @@ __all__ = (
     "amend",
     "load_task",
     "replay",
+    "resume",
     "run",
 )

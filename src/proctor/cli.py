@@ -118,23 +118,8 @@ def _budget_text(remaining: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in sorted(remaining.items()))
 
 
-@main.command("run")
-@click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path))
-@_JOURNAL
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-def run_command(task_file: Path, journal: str, as_json: bool) -> None:
-    """Run the task in TASK_FILE until the controller decides it is over."""
-    try:
-        loaded = load_task(task_file)
-        assert loaded.actor.script is not None
-        actor = ScriptedActor.from_file(loaded.actor.script)
-    except ConfigError as exc:
-        _fail(str(exc))
-        return
-    # Commands the agent and the checks run find this Python environment first.
-    here = os.path.dirname(sys.executable)
-    os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
-    console = Console(stderr=as_json, highlight=False)
+def _live(console: Console) -> tuple[Any, Any]:
+    """The live progress line (a terminal) or one line per step (a pipe)."""
     status = console.status("starting", spinner="dots") if console.is_terminal else None
 
     def on_step(record: TraceRecord) -> None:
@@ -154,9 +139,17 @@ def run_command(task_file: Path, journal: str, as_json: bool) -> None:
         if status is not None:
             status.update(line)
 
-    async def go() -> Any:
-        return await run_task(loaded.task, actor, journal, on_step=on_step)
+    return status, on_step
 
+
+def _find_python_first() -> None:
+    # Commands the agent and the checks run find this Python environment first.
+    here = os.path.dirname(sys.executable)
+    os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+
+
+def _report(go: Any, console: Console, status: Any, as_json: bool) -> None:
+    """Run ``go`` under the live line, print the outcome, exit with the disposition's code."""
     if status is not None:
         status.start()
     try:
@@ -173,15 +166,82 @@ def run_command(task_file: Path, journal: str, as_json: bool) -> None:
         handoff = result.handoff
         console.print(f"\ndisposition: [bold]{result.disposition.value}[/bold]")
         if result.stop_reason is not None:
-            console.print(f"stop reason: {result.stop_reason.code} - {result.stop_reason.message}")
+            console.print(
+                f"stop reason: {result.stop_reason.code} - {result.stop_reason.message}",
+                markup=False,
+                soft_wrap=True,
+            )
         console.print(f"candidate:   {result.candidate.digest}")
         for line in handoff.evidence:
             console.print(f"evidence:    {line}", markup=False)
         for line in handoff.open_findings:
-            console.print(f"open:        {line}", markup=False)
+            console.print(f"open:        {line}", markup=False, soft_wrap=True)
         console.print(f"next:        {handoff.next_step} (owner: {handoff.owner})")
         console.print(f"run:         {result.run_id}  (journal {result.journal})")
     raise SystemExit(EXIT_CODES[result.disposition])
+
+
+@main.command("run")
+@click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path))
+@_JOURNAL
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def run_command(task_file: Path, journal: str, as_json: bool) -> None:
+    """Run the task in TASK_FILE until the controller decides it is over."""
+    try:
+        loaded = load_task(task_file)
+        assert loaded.actor.script is not None
+        actor = ScriptedActor.from_file(loaded.actor.script)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    _find_python_first()
+    console = Console(stderr=as_json, highlight=False)
+    status, on_step = _live(console)
+    spec = {"kind": loaded.actor.kind, "script": str(loaded.actor.script), **loaded.actor.options}
+
+    async def go() -> Any:
+        return await run_task(loaded.task, actor, journal, on_step=on_step, actor_spec=spec)
+
+    _report(go, console, status, as_json)
+
+
+@main.command("resume")
+@click.argument("run_id")
+@_JOURNAL
+@click.option(
+    "--script",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="An actor script for the new run (default: the actor the task was run with).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def resume_command(run_id: str, journal: str, script: Path | None, as_json: bool) -> None:
+    """Start a new run of RUN's task that inherits its history, spend and open effects."""
+    from proctor.runtime._resume import resume
+
+    async def actor_script() -> Path:
+        async with open_journal(journal) as j:
+            run = await j.get_run(run_id)
+            notes = [n for n in await j.notes(run.run_id) if n["kind"] == "actor"]
+        if not notes or notes[-1]["body"].get("kind") != "scripted":
+            raise ConfigError(
+                f"run {run.run_id} has no journaled scripted actor: pass --script FILE"
+            )
+        return Path(notes[-1]["body"]["script"])
+
+    path = script if script is not None else _guard(actor_script)
+    try:
+        actor = ScriptedActor.from_file(path)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    _find_python_first()
+    console = Console(stderr=as_json, highlight=False)
+    status, on_step = _live(console)
+
+    async def go() -> Any:
+        return await resume(run_id, actor, journal, on_step=on_step)
+
+    _report(go, console, status, as_json)
 
 
 @main.command("runs")

@@ -4,7 +4,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -16,9 +16,19 @@ from hypothesis.stateful import (
 )
 
 from proctor import budgets
-from proctor._errors import ConfigError
+from proctor._errors import BudgetError, ConfigError
+from proctor._wire import converter
 from proctor.budgets import _budget
-from proctor.budgets._budget import DIMENSIONS, Budget, Exhaustion, Ledger
+from proctor.budgets._budget import (
+    DIMENSIONS,
+    Budget,
+    Exhaustion,
+    Lease,
+    LeaseSettlement,
+    Ledger,
+    LedgerStatistics,
+    Retune,
+)
 
 # Sums are compared with the same slack the ledger allows itself.
 EPSILON = 1e-9
@@ -31,6 +41,12 @@ def test_all_names_exist_and_are_documented(module: Any) -> None:
         assert hasattr(module, name), name
     for name in ("Budget", "Exhaustion", "Ledger"):
         assert getattr(module, name).__doc__, name
+
+
+def test_the_new_names_are_documented() -> None:
+    for name in ("Lease", "LeaseSettlement", "LedgerStatistics", "Retune"):
+        assert name in _budget.__all__
+        assert getattr(_budget, name).__doc__, name
 
 
 # -- Budget: limits ---------------------------------------------------------------
@@ -173,6 +189,12 @@ def test_exhaustion_describes_itself() -> None:
     assert Exhaustion("steps", 7, 7).describe() == "steps: 7 of 7 spent"
     assert (
         Exhaustion("steps", 6, 7, requested=2).describe() == "steps: 6 of 7 spent, 2 more requested"
+    )
+
+
+def test_exhaustion_in_a_lease_says_so() -> None:
+    assert Exhaustion("steps", 3, 3, "lease:2", 1).describe() == (
+        "steps: 3 of 3 spent in lease:2, 1 more requested"
     )
 
 
@@ -355,6 +377,384 @@ def test_snapshot_is_plain_data() -> None:
     assert ledger.spent == {"steps": 2.0}
 
 
+# -- Ledger: late usage ------------------------------------------------------------------
+
+
+def test_settle_says_whether_it_replaced_a_held_reservation() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    grant = ledger.reserve({"steps": 1})
+    assert isinstance(grant, int)
+    assert ledger.settle(grant, {"steps": 1}) is True
+    assert ledger.settle(None, {"steps": 1}) is False
+
+
+def test_settling_twice_records_the_spend_but_releases_nothing_more() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    first = ledger.reserve({"steps": 2})
+    second = ledger.reserve({"steps": 3})
+    assert isinstance(first, int)
+    assert isinstance(second, int)
+    ledger.settle(first, {"steps": 2})
+    # Late usage for the first call, reported under its (settled) id.
+    assert ledger.settle(first, {"steps": 1}) is False
+    assert ledger.reserved == {second: {"steps": 3.0}}
+    assert ledger.spent == {"steps": 3.0}
+    assert ledger.remaining() == {"steps": 4.0}
+
+
+def test_settling_a_released_or_unknown_reservation_still_records_the_spend() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    grant = ledger.reserve({"steps": 2})
+    assert isinstance(grant, int)
+    ledger.release(grant)
+    assert ledger.settle(grant, {"steps": 1}) is False
+    assert ledger.settle(99, {"steps": 1}) is False
+    assert ledger.spent == {"steps": 2.0}
+    assert ledger.reserved == {}
+
+
+def test_late_usage_is_reconciled_and_the_next_reservation_sees_it() -> None:
+    ledger = Ledger(Budget.of(tokens_in=1000))
+    grant = ledger.reserve({"tokens_in": 500})
+    assert isinstance(grant, int)
+    ledger.settle(grant, {"tokens_in": 400})
+    ledger.reconcile({"tokens_in": 300})
+    assert ledger.spent == {"tokens_in": 700.0}
+    refusal = ledger.reserve({"tokens_in": 400})
+    assert refusal == Exhaustion("tokens_in", 700.0, 1000.0, "task", 400)
+    assert isinstance(ledger.reserve({"tokens_in": 300}), int)
+
+
+def test_exhausted_counts_what_is_held() -> None:
+    ledger = Ledger(Budget.of(steps=3))
+    assert isinstance(ledger.reserve({"steps": 1}), int)
+    ledger.settle(None, {"steps": 2})
+    assert ledger.exhausted() == Exhaustion("steps", 3.0, 3.0)
+    assert ledger.check({"steps": 0.5}) == Exhaustion("steps", 3.0, 3.0, "task", 0.5)
+
+
+# -- Ledger: statistics -----------------------------------------------------------------
+
+
+def test_statistics_are_a_frozen_record_of_the_books() -> None:
+    ledger = Ledger(Budget.of(reserve={"steps": 1}, steps=5), spent={"steps": 1.0})
+    grant = ledger.reserve({"steps": 2, "tokens_in": 10})
+    assert isinstance(grant, int)
+    stats = ledger.statistics()
+    assert stats == LedgerStatistics(
+        scope="task",
+        spent={"steps": 1.0},
+        held={"steps": 2.0, "tokens_in": 10.0},
+        remaining={"steps": 1.0},
+        remaining_controller={"steps": 2.0},
+        leases=(),
+    )
+    with pytest.raises(AttributeError):
+        stats.scope = "x"  # type: ignore[misc]
+
+
+# -- Ledger: leases ------------------------------------------------------------------------
+
+
+def lease_of(ledger: Ledger, amounts: Mapping[str, float], controller: bool = False) -> Lease:
+    lease = ledger.lease(amounts, controller)
+    assert isinstance(lease, Lease), lease
+    return lease
+
+
+def test_a_lease_carves_a_slice_held_in_the_parent() -> None:
+    ledger = Ledger(Budget.of(steps=10, tool_calls=20))
+    lease = lease_of(ledger, {"steps": 4})
+    assert lease.scope == "lease:1"
+    assert ledger.remaining() == {"steps": 6.0, "tool_calls": 20.0}
+    assert ledger.statistics().leases == (lease.id,)
+    assert lease.ledger.budget.limits == {"steps": 4.0}
+    assert lease.ledger.remaining() == {"steps": 4.0}
+    assert lease.ledger.spent == {}
+
+
+def test_a_lease_that_does_not_fit_is_refused_and_nothing_is_held() -> None:
+    ledger = Ledger(Budget.of(steps=10), spent={"steps": 8.0})
+    refusal = ledger.lease({"steps": 3})
+    assert refusal == Exhaustion("steps", 8.0, 10.0, "task", 3)
+    assert ledger.reserved == {}
+    assert ledger.statistics().leases == ()
+
+
+def test_an_actor_lease_leaves_the_reserve_and_a_controller_lease_may_use_it() -> None:
+    ledger = Ledger(Budget.of(reserve={"steps": 2}, steps=5), spent={"steps": 3.0})
+    assert isinstance(ledger.lease({"steps": 1}), Exhaustion)
+    verifier = lease_of(ledger, {"steps": 2}, controller=True)
+    assert verifier.controller
+    assert ledger.remaining(controller=True) == {"steps": 0.0}
+
+
+def test_a_lease_refuses_what_exceeds_its_slice_with_its_scope() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    lease = lease_of(ledger, {"steps": 2})
+    assert isinstance(lease.ledger.reserve({"steps": 2}), int)
+    refusal = lease.ledger.reserve({"steps": 1})
+    assert refusal == Exhaustion("steps", 2.0, 2.0, "lease:1", 1)
+    assert "in lease:1" in refusal.describe()
+
+
+def test_closing_a_lease_charges_what_it_spent_and_returns_the_rest() -> None:
+    ledger = Ledger(Budget.of(steps=10, tool_calls=10))
+    lease = lease_of(ledger, {"steps": 4, "tool_calls": 3})
+    grant = lease.ledger.reserve({"steps": 1, "tool_calls": 1})
+    assert isinstance(grant, int)
+    lease.ledger.settle(grant, {"steps": 1, "tool_calls": 1})
+    settlement = ledger.close_lease(lease)
+    assert settlement == LeaseSettlement(
+        lease.id, {"steps": 1.0, "tool_calls": 1.0}, {"steps": 3.0, "tool_calls": 2.0}
+    )
+    assert lease.closed
+    assert ledger.spent == {"steps": 1.0, "tool_calls": 1.0}
+    assert ledger.reserved == {}
+    assert ledger.remaining() == {"steps": 9.0, "tool_calls": 9.0}
+    assert ledger.statistics().leases == ()
+
+
+def test_closing_a_lease_releases_what_it_still_held() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    lease = lease_of(ledger, {"steps": 4})
+    assert isinstance(lease.ledger.reserve({"steps": 3}), int)
+    assert ledger.close_lease(lease).returned == {"steps": 4.0}
+    assert ledger.remaining() == {"steps": 10.0}
+
+
+def test_a_lease_that_overspent_charges_all_it_spent() -> None:
+    ledger = Ledger(Budget.of(tokens_in=1000))
+    lease = lease_of(ledger, {"tokens_in": 100})
+    grant = lease.ledger.reserve({"tokens_in": 100})
+    assert isinstance(grant, int)
+    lease.ledger.settle(grant, {"tokens_in": 150})
+    settlement = ledger.close_lease(lease)
+    assert settlement.spent == {"tokens_in": 150.0}
+    assert settlement.returned == {"tokens_in": 0.0}
+    assert ledger.spent == {"tokens_in": 150.0}
+
+
+def test_dimensions_a_lease_does_not_limit_pass_through_to_the_parent() -> None:
+    ledger = Ledger(Budget.of(steps=10, cost_usd=1.0))
+    lease = lease_of(ledger, {"steps": 5})
+    # The lease does not limit cost: the parent's limit does.
+    refusal = lease.ledger.reserve({"steps": 1, "cost_usd": 2.0})
+    assert refusal == Exhaustion("cost_usd", 0.0, 1.0, "task", 2.0)
+    grant = lease.ledger.reserve({"steps": 1, "cost_usd": 0.5})
+    assert isinstance(grant, int)
+    assert ledger.remaining() == {"steps": 5.0, "cost_usd": 0.5}
+    lease.ledger.settle(grant, {"steps": 1, "cost_usd": 0.25})
+    # Cost is charged to the parent at once, steps when the lease closes.
+    assert ledger.spent == {"cost_usd": 0.25}
+    assert ledger.remaining() == {"steps": 5.0, "cost_usd": 0.75}
+    ledger.close_lease(lease)
+    assert ledger.spent == {"cost_usd": 0.25, "steps": 1.0}
+    assert ledger.reserved == {}
+
+
+def test_a_released_pass_through_reservation_is_released_in_the_parent() -> None:
+    ledger = Ledger(Budget.of(steps=10, cost_usd=1.0))
+    lease = lease_of(ledger, {"steps": 5})
+    grant = lease.ledger.reserve({"steps": 1, "cost_usd": 1.0})
+    assert isinstance(grant, int)
+    assert ledger.remaining()["cost_usd"] == 0.0
+    lease.ledger.release(grant)
+    assert ledger.remaining()["cost_usd"] == 1.0
+
+
+def test_leases_nest() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    outer = lease_of(ledger, {"steps": 6})
+    inner = lease_of(outer.ledger, {"steps": 4})
+    assert inner.scope == "lease:2"
+    assert inner.lender is outer.ledger
+    assert outer.ledger.remaining() == {"steps": 2.0}
+    assert ledger.remaining() == {"steps": 4.0}
+    assert isinstance(inner.ledger.lease({"steps": 5}), Exhaustion)
+    grant = inner.ledger.reserve({"steps": 3})
+    assert isinstance(grant, int)
+    inner.ledger.settle(grant, {"steps": 3})
+    assert outer.ledger.close_lease(inner).returned == {"steps": 1.0}
+    assert outer.ledger.spent == {"steps": 3.0}
+    assert ledger.spent == {}
+    assert ledger.close_lease(outer).spent == {"steps": 3.0}
+    assert ledger.spent == {"steps": 3.0}
+    assert ledger.remaining() == {"steps": 7.0}
+
+
+def test_closing_a_lease_closes_the_leases_it_granted() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    outer = lease_of(ledger, {"steps": 6})
+    inner = lease_of(outer.ledger, {"steps": 4})
+    inner.ledger.settle(None, {"steps": 2})
+    settlement = ledger.close_lease(outer)
+    assert inner.closed
+    assert settlement.spent == {"steps": 2.0}
+    assert ledger.spent == {"steps": 2.0}
+    assert ledger.reserved == {}
+
+
+def test_a_lease_is_closed_once_and_by_its_lender() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    outer = lease_of(ledger, {"steps": 6})
+    inner = lease_of(outer.ledger, {"steps": 2})
+    with pytest.raises(BudgetError, match="granted by lease:1, not task"):
+        ledger.close_lease(inner)
+    outer.ledger.close_lease(inner)
+    with pytest.raises(BudgetError, match="closed already"):
+        outer.ledger.close_lease(inner)
+
+
+def test_a_closed_lease_takes_no_reservation_and_forwards_late_usage() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    lease = lease_of(ledger, {"steps": 3})
+    ledger.close_lease(lease)
+    with pytest.raises(BudgetError, match="lease:1 is closed"):
+        lease.ledger.reserve({"steps": 1})
+    lease.ledger.settle(None, {"steps": 2})
+    assert ledger.spent == {"steps": 2.0}
+
+
+def test_a_lease_of_an_unknown_dimension_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"lease\.stepz: unknown dimension"):
+        Ledger(Budget.of(steps=3)).lease({"stepz": 1})
+
+
+def test_leases_are_found_by_id() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    outer = lease_of(ledger, {"steps": 6})
+    inner = lease_of(outer.ledger, {"steps": 2})
+    assert ledger.get_lease(inner.id) is inner
+    assert ledger.for_lease(None) is ledger
+    assert ledger.for_lease(inner.id) is inner.ledger
+    outer.ledger.close_lease(inner)
+    with pytest.raises(BudgetError, match="no open lease 2"):
+        ledger.for_lease(inner.id)
+    # Late usage of a closed lease goes where its spend went.
+    assert ledger.for_lease(inner.id, closed=True) is outer.ledger
+    ledger.close_lease(outer)
+    assert ledger.for_lease(inner.id, closed=True) is ledger
+    with pytest.raises(BudgetError, match="no lease 9"):
+        ledger.for_lease(9, closed=True)
+
+
+# -- Ledger: retuning --------------------------------------------------------------------------
+
+
+def test_retune_changes_a_limit_and_says_who_and_why() -> None:
+    ledger = Ledger(Budget.of(steps=10), spent={"steps": 4.0})
+    retune = ledger.retune("steps", 20, who="ops", why="the suite is slow", at=123.0)
+    assert retune == Retune("steps", 10.0, 20.0, "ops", "the suite is slow", 123.0)
+    assert retune.note() == "steps: 10 -> 20 by ops: the suite is slow"
+    assert ledger.budget.limits == {"steps": 20.0}
+    assert ledger.remaining() == {"steps": 16.0}
+    assert ledger.retunes == [retune]
+
+
+def test_retune_may_add_a_limit() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    retune = ledger.retune("cost_usd", 2.5, who="ops", why="cap spend")
+    assert retune.old is None
+    assert "unlimited -> 2.5" in retune.note()
+    assert ledger.budget.limits == {"steps": 10.0, "cost_usd": 2.5}
+
+
+def test_retune_below_what_is_spent_must_be_explicit() -> None:
+    ledger = Ledger(Budget.of(steps=10), spent={"steps": 6.0})
+    with pytest.raises(ConfigError, match=r"below what is spent and held \(6\)"):
+        ledger.retune("steps", 5, who="ops", why="stop it")
+    assert ledger.budget.limits == {"steps": 10.0}
+    retune = ledger.retune("steps", 5, who="ops", why="stop it", below_spent=True)
+    assert retune.below_spent
+    assert "exhausted" in retune.note()
+    assert ledger.exhausted() == Exhaustion("steps", 6.0, 5.0)
+
+
+def test_retune_counts_what_is_held_as_spent() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    assert isinstance(ledger.reserve({"steps": 4}), int)
+    with pytest.raises(ConfigError, match="below what is spent"):
+        ledger.retune("steps", 3, who="ops", why="x")
+
+
+def test_retune_keeps_the_reserve() -> None:
+    ledger = Ledger(Budget.of(reserve={"steps": 3}, steps=10))
+    with pytest.raises(ConfigError, match="does not hold the reserve 3"):
+        ledger.retune("steps", 2, who="ops", why="x", below_spent=True)
+    assert ledger.retune("steps", 3, who="ops", why="x").new == 3.0
+    assert ledger.budget.reserve == {"steps": 3.0}
+
+
+@pytest.mark.parametrize(
+    ("dimension", "limit", "message"),
+    [
+        ("stepz", 3, "unknown dimension 'stepz'"),
+        ("steps", -1, "must be a number >= 0"),
+        ("steps", True, "must be a number >= 0"),
+    ],
+)
+def test_retune_validates_the_limit(dimension: str, limit: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Ledger(Budget.of(steps=10)).retune(dimension, limit, who="ops", why="x")
+
+
+@pytest.mark.parametrize(("who", "why"), [("", "x"), ("ops", " ")])
+def test_retune_needs_who_and_why(who: str, why: str) -> None:
+    with pytest.raises(ConfigError, match="a retune needs a non-empty"):
+        Ledger(Budget.of(steps=10)).retune("steps", 20, who=who, why=why)
+
+
+def test_a_lease_is_not_retuned() -> None:
+    lease = lease_of(Ledger(Budget.of(steps=10)), {"steps": 3})
+    with pytest.raises(ConfigError, match="lease:1 is a lease"):
+        lease.ledger.retune("steps", 5, who="ops", why="x")
+
+
+# -- wire ------------------------------------------------------------------------------------
+
+_number = st.floats(min_value=0, max_value=1e9, allow_nan=False)
+_book = st.dictionaries(st.sampled_from(DIMENSIONS), _number, max_size=4)
+
+
+@given(
+    st.builds(
+        Retune,
+        st.sampled_from(DIMENSIONS),
+        st.none() | _number,
+        _number,
+        st.text(max_size=10),
+        st.text(max_size=10),
+        _number,
+        st.just("task"),
+        st.booleans(),
+    )
+)
+def test_retune_round_trips(retune: Retune) -> None:
+    assert converter.structure(converter.unstructure(retune), Retune) == retune
+
+
+@given(
+    st.builds(Exhaustion, st.sampled_from(DIMENSIONS), _number, _number, st.text(), _number),
+    st.builds(LeaseSettlement, st.integers(1, 100), _book, _book),
+    st.builds(
+        LedgerStatistics,
+        st.text(max_size=10),
+        _book,
+        _book,
+        _book,
+        _book,
+        st.lists(st.integers(1, 9)).map(tuple),
+    ),
+)
+def test_books_round_trip(
+    exhaustion: Exhaustion, settlement: LeaseSettlement, stats: LedgerStatistics
+) -> None:
+    assert converter.structure(converter.unstructure(exhaustion), Exhaustion) == exhaustion
+    assert converter.structure(converter.unstructure(settlement), LeaseSettlement) == settlement
+    assert converter.structure(converter.unstructure(stats), LedgerStatistics) == stats
+
+
 # -- Ledger: state machine -------------------------------------------------------------
 
 _DIMS = ("steps", "tool_calls", "tool_calls:run_command", "wall_seconds")
@@ -467,3 +867,112 @@ class LedgerMachine(RuleBasedStateMachine):
 
 LedgerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 TestLedgerMachine = LedgerMachine.TestCase
+
+
+class LeaseMachine(LedgerMachine):
+    """
+    The ledger machine, with leases opened, spent in and closed in any order.
+
+    Spend inside a lease is settled with what it reserved; closing a lease charges
+    the task what it spent. The task's books (spent plus held) stay within the
+    actor's bound whatever the leases do.
+    """
+
+    leases = Bundle("leases")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: dict[int, Lease] = {}
+        # What each open lease spent of the dimensions it limits, by the model.
+        self.lease_spent: dict[int, dict[str, float]] = {}
+
+    def _ledger_reservations(self, lease: Lease) -> dict[int, dict[str, float]]:
+        return {k: dict(v) for k, v in lease.ledger.reserved.items()}
+
+    @rule(target=leases, amounts=_amounts, nested=st.booleans(), data=st.data())
+    def lease(self, amounts: dict[str, float], nested: bool, data: st.DataObject) -> int:
+        lender = self.ledger
+        if nested and self.open:
+            lender = self.open[data.draw(st.sampled_from(sorted(self.open)))].ledger
+        fits = lender.check(amounts) is None
+        outcome = lender.lease(amounts)
+        if isinstance(outcome, Exhaustion):
+            assert not fits
+            return -1
+        assert fits
+        assert outcome.ledger.budget.limits == amounts
+        self.open[outcome.id] = outcome
+        self.lease_spent[outcome.id] = {}
+        if lender is self.ledger:
+            # The slice is held in the task like a reservation.
+            self.held[outcome.hold] = dict(amounts)
+        return outcome.id
+
+    @rule(lease_id=leases, amounts=_amounts)
+    def spend_in_lease(self, lease_id: int, amounts: dict[str, float]) -> None:
+        lease = self.open.get(lease_id)
+        if lease is None:
+            return
+        before = self.ledger.statistics()
+        grant = lease.ledger.reserve(amounts)
+        if isinstance(grant, Exhaustion):
+            assert grant.scope in ("task",) or grant.scope.startswith("lease:")
+            assert self.ledger.statistics() == before
+            return
+        lease.ledger.settle(grant, amounts)
+        for dim, amount in amounts.items():
+            if dim in lease.amounts:
+                spent = self.lease_spent[lease_id]
+                spent[dim] = spent.get(dim, 0.0) + amount
+
+    @rule(lease_id=consumes(leases))
+    def close(self, lease_id: int) -> None:
+        lease = self.open.get(lease_id)
+        if lease is None:
+            return
+        before = dict(self.ledger.spent)
+        inner = [i for i, x in self.open.items() if x.lender is lease.ledger]
+        settlement = lease.lender.close_lease(lease)
+        assert lease.closed
+        for i, x in list(self.open.items()):
+            if x.closed:
+                del self.open[i]
+        assert lease_id not in self.open
+        for i in inner:
+            assert i not in self.open
+        if lease.lender is self.ledger:
+            self.held.pop(lease.hold)
+            # Without nested leases, the task is charged exactly what the lease spent.
+            if not inner:
+                for dim, amount in settlement.spent.items():
+                    assert self.ledger.spent.get(dim, 0.0) == pytest.approx(
+                        before.get(dim, 0.0) + amount
+                    )
+        for dim, amount in settlement.returned.items():
+            assert amount == max(0.0, lease.amounts[dim] - settlement.spent[dim])
+
+    @invariant()
+    def reservations_are_what_was_granted(self) -> None:
+        # Pass-through holds of leases are in the task's books too: compare only
+        # the reservations the machine made directly.
+        for grant, amounts in self.held.items():
+            assert self.ledger.reserved[grant] == amounts
+
+    @invariant()
+    def leases_stay_within_their_slice(self) -> None:
+        for lease in self.open.values():
+            for dim, limit in lease.ledger.budget.limits.items():
+                used = lease.ledger.spent.get(dim, 0.0) + sum(
+                    r.get(dim, 0.0) for r in lease.ledger.reserved.values()
+                )
+                assert used <= limit + EPSILON, (lease.id, dim, used, limit)
+
+    @invariant()
+    def open_leases_are_known(self) -> None:
+        for lease_id, lease in self.open.items():
+            assert not lease.closed
+            assert self.ledger.get_lease(lease_id) is lease
+
+
+LeaseMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestLeaseMachine = LeaseMachine.TestCase

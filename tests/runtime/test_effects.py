@@ -457,6 +457,14 @@ async def test_command_probe_exit_codes(ctx: ToolContext) -> None:
     assert ctx.groups.live() == ()
 
 
+def test_command_probe_wants_an_argv() -> None:
+    assert CommandProbe(["test", "-f", "x"]).argv == ("test", "-f", "x")
+    with pytest.raises(ConfigError, match="a program and its arguments"):
+        CommandProbe("test -f x")
+    with pytest.raises(ConfigError, match="a program and its arguments"):
+        CommandProbe([])
+
+
 async def test_command_probe_sees_the_key(ctx: ToolContext) -> None:
     probe = CommandProbe(
         ["sh", "-c", 'test "$PROCTOR_EFFECT_KEY" = pk-7 && test "$PROCTOR_EFFECT_TARGET" = "$T"']

@@ -13,7 +13,9 @@ service stops, at most :data:`HANG_LIMIT` seconds); ``fail_5xx`` replies with a
 5xx status and applies nothing.
 
 The server runs in a thread; it stops, its handler threads joined, when the
-``with`` block or the fixture ends.
+``with`` block (:func:`running_service`) or the fixture ends. Import the fixture
+into a test module with ``from tests.support.service import service_fixture``;
+tests then ask for ``service``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, Literal
 import attrs
 import pytest
 
-__all__ = ("HANG_LIMIT", "Fault", "Service", "running_service", "service")
+__all__ = ("HANG_LIMIT", "Fault", "Service", "running_service", "service_fixture")
 
 Fault = Literal["apply_then_drop", "hang", "fail_5xx"]
 
@@ -51,9 +53,12 @@ class Service:
 
     Args:
         url: its base URL, ``http://127.0.0.1:{port}``.
+        lookup_status: when set, ``GET /effects/{key}`` answers this status
+            instead (a lookup service that is down).
     """
 
     url: str = ""
+    lookup_status: int | None = None
     released: threading.Event = attrs.field(factory=threading.Event)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
     _applied: dict[str, dict[str, Any]] = attrs.field(factory=dict)
@@ -133,6 +138,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = False
     service: Service
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (a hang, a drop) leaves a broken pipe behind: expected here.
+        pass
+
 
 class _Handler(BaseHTTPRequestHandler):
     # A socket that stays silent this long ends its handler: every wait is bounded.
@@ -155,7 +164,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
-        if self.path.startswith("/effects/"):
+        status = self.service.lookup_status
+        if self.path.startswith("/effects/") and status is not None:
+            self._reply(status, b'{"error": "lookup unavailable"}')
+        elif self.path.startswith("/effects/"):
             record = self.service._lookup(self.path.removeprefix("/effects/"))
             if record is None:
                 self._reply(404, b'{"error": "no such effect"}')
@@ -214,8 +226,10 @@ def running_service() -> Iterator[Service]:
         thread.join(HANG_LIMIT)
 
 
-@pytest.fixture
-def service() -> Iterator[Service]:
-    """A running :class:`Service`, stopped at the end of the test."""
+# Named apart from its fixture name, so that a test module imports it without
+# its ``service`` parameters shadowing the import.
+@pytest.fixture(name="service")
+def service_fixture() -> Iterator[Service]:
+    """Provide a running :class:`Service` as ``service``, stopped at the end of the test."""
     with running_service() as state:
         yield state

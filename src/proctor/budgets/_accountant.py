@@ -35,7 +35,7 @@ from typing import Protocol, cast
 import anyio
 import attrs
 import structlog
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup, TaskStatus
 
 from proctor._errors import BudgetError, ConfigError
 from proctor.budgets._budget import (
@@ -437,10 +437,16 @@ class _Accountant:
     replies: ObjectSendStream[AccountantReply]
     record: SpendSink
     time: _Timekeeper
-    watches: dict[str, _Watch] = attrs.field(init=False)
+    watches: dict[str, _Watch] = attrs.field(factory=dict)
+    tasks: TaskGroup | None = None
 
-    def __attrs_post_init__(self) -> None:
-        self.watches = {d: _Watch(d) for d in _CLOCKED}
+    def start_watches(self) -> None:
+        """Watch each clocked dimension that has a limit (once)."""
+        assert self.tasks is not None
+        for dimension in _CLOCKED:
+            if dimension in self.ledger.budget.limits and dimension not in self.watches:
+                self.watches[dimension] = watch = _Watch(dimension)
+                self.tasks.start_soon(self.watch, watch)
 
     # -- deadlines ------------------------------------------------------------------
 
@@ -603,6 +609,7 @@ class _Accountant:
         if watch is not None:
             # New bounds: their deadlines are announced afresh.
             watch.fired.clear()
+        self.start_watches()
         self.reschedule()
         await self.replies.send(Retuned(request.ref, retune, self.ledger.remaining()))
 
@@ -629,9 +636,13 @@ async def run_accountant(
     *,
     clock: Callable[[], float] = time.monotonic,
     cpu: Callable[[], float] = child_cpu_seconds,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """
     Serve the controller's requests until it closes its side.
+
+    Start it with ``await tg.start(run_accountant, ...)`` to know that its
+    clocks are running (time is counted from then).
 
     Time is charged as it passes, at every settlement, so a run killed mid-way
     leaves its spend in the journal up to its last step: wall time always,
@@ -651,14 +662,16 @@ async def run_accountant(
             without ``note`` (``await record(amounts, kind)``) is accepted too.
         clock: a monotonic clock, in seconds.
         cpu: the CPU seconds of reaped child processes (see :func:`child_cpu_seconds`).
+        task_status: told once the clocks run.
     """
     sink = _noted(record)
     keeper = _Timekeeper(ledger, clock, cpu)
     accountant = _Accountant(ledger, requests, replies, sink, keeper)
     async with replies, requests:
         async with anyio.create_task_group() as tg:
-            for watch in accountant.watches.values():
-                tg.start_soon(accountant.watch, watch)
+            accountant.tasks = tg
+            accountant.start_watches()
+            task_status.started()
             await accountant.serve()
             tg.cancel_scope.cancel()
         # The last stretch of time belongs to the task too.

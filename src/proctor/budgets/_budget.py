@@ -291,13 +291,14 @@ class Ledger:
         refusal = self.check(amounts, controller)
         if refusal is not None:
             return refusal
-        upstream: int | Exhaustion | None = None
+        upstream: int | None = None
         if self._parent is not None:
             rest = self._uncarved(amounts)
             if rest:
-                upstream = self._parent.reserve(rest, self._lease_controller)
-                if isinstance(upstream, Exhaustion):  # pragma: no cover - checked above
-                    return upstream
+                held = self._parent.reserve(rest, self._lease_controller)
+                if isinstance(held, Exhaustion):  # pragma: no cover - checked above
+                    return held
+                upstream = held
         self._next += 1
         self.reserved[self._next] = dict(amounts)
         if upstream is not None:
@@ -403,7 +404,7 @@ class Ledger:
         lease = Lease(number, limits, controller, child, self, hold)
         self._leases.open[number] = lease
         self._leases.granted[number] = lease
-        log.info("budget.leased", lease=number, scope=self.scope, amounts=limits)
+        log.debug("budget.leased", lease=number, scope=self.scope, amounts=limits)
         return lease
 
     def close_lease(self, lease: Lease) -> LeaseSettlement:
@@ -434,7 +435,7 @@ class Ledger:
         lease.closed = True
         borrower._closed = True
         del self._leases.open[lease.id]
-        log.info("budget.lease_closed", lease=lease.id, spent=spent, returned=returned)
+        log.debug("budget.lease_closed", lease=lease.id, spent=spent, returned=returned)
         return LeaseSettlement(lease.id, spent, returned)
 
     def get_lease(self, lease_id: int) -> Lease:

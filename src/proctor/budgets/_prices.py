@@ -72,6 +72,10 @@ BUILTIN_PRICES: Mapping[str, Price] = {
 }
 
 
+def _copy(prices: Mapping[str, Price]) -> dict[str, Price]:
+    return dict(prices)
+
+
 def _key(model: str) -> str:
     return model if _BARE.match(model) else f'"{model}"'
 
@@ -97,7 +101,7 @@ class PriceTable:
         prices: model name -> price.
     """
 
-    prices: Mapping[str, Price] = attrs.field(factory=lambda: dict(BUILTIN_PRICES), converter=dict)
+    prices: dict[str, Price] = attrs.field(factory=lambda: dict(BUILTIN_PRICES), converter=_copy)
 
     @classmethod
     def empty(cls) -> PriceTable:

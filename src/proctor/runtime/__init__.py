@@ -30,6 +30,7 @@ from proctor.runtime._records import ToolCall as ToolCall
 from proctor.runtime._records import ToolResult as ToolResult
 from proctor.runtime._records import ToolStatus as ToolStatus
 from proctor.runtime._records import TraceRecord as TraceRecord
+from proctor.runtime._resume import resume as resume
 from proctor.runtime._task import Task as Task
 from proctor.runtime._task import load_task as load_task
 from proctor.runtime._tools import Tool as Tool
@@ -81,5 +82,6 @@ __all__ = (
     "parse_trajectory",
     "read_trajectory",
     "replay",
+    "resume",
     "run",
 )

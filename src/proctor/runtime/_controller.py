@@ -23,7 +23,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor._errors import FencedError
-from proctor._wire import to_jsonable
+from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
     AccountantRequest,
@@ -49,6 +49,7 @@ from proctor.budgets._accountant import (
 )
 from proctor.budgets._budget import Exhaustion, Ledger
 from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, run_actor
+from proctor.runtime._history import load_history
 from proctor.runtime._journal import Journal, open_journal
 from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
 from proctor.runtime._normalize import canonical_json, digest, fingerprint
@@ -268,11 +269,17 @@ class Controller:
 
     # -- the loop -----------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Drive the run until it has a disposition, then fence and drain."""
+    async def run(self, greeting: str = "") -> None:
+        """
+        Drive the run until it has a disposition, then fence and drain.
+
+        Args:
+            greeting: for a resumed run, the summary of its history.
+        """
+        intro = f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}"
         await self._observe(
-            ObservationKind.START,
-            f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}",
+            ObservationKind.RESUME if greeting else ObservationKind.START,
+            f"{intro}\n{greeting}" if greeting else intro,
         )
         while not self.judge.terminal:
             await self._amendments()
@@ -512,6 +519,11 @@ class Controller:
                 evidence.contract_version,
             )
             ruling = self.judge.verdict(verdict)
+            # What a resumed run needs to feed this verdict to its decision core again.
+            ruling = attrs.evolve(
+                ruling,
+                delta={**ruling.delta, "digest": result.digest, "contract": verdict.contract},
+            )
             event = {
                 "type": "verdict",
                 "check": evidence.check,
@@ -582,7 +594,10 @@ class Controller:
         assert self.judge.disposition is not None
         self.final_digest = await self._digest()
         spend = await self.journal.spend_totals(self.task_id)
-        self.handoff = _handoff(self, spend, self.final_digest)
+        # The task's evidence, from every run: a resumed run hands off what it inherited.
+        records = await self.journal.evidence(task_id=self.task_id)
+        evidence = [converter.structure(r, Evidence) for r in records]
+        self.handoff = _handoff(self, spend, self.final_digest, evidence)
         # From here on the journal itself refuses effect dispatches for this run.
         await self.journal.end_run(
             self.run_id,
@@ -668,15 +683,17 @@ def _message_event(message: Message) -> dict[str, Any]:
     }
 
 
-def _handoff(controller: Controller, spend: dict[str, float], current: str) -> Handoff:
+def _handoff(
+    controller: Controller, spend: dict[str, float], current: str, evidence: Sequence[Evidence]
+) -> Handoff:
     judge = controller.judge
     assert judge.disposition is not None
     latest: dict[str, Evidence] = {}
     version = controller.task.contract_version
-    for ev in controller.evidence:
+    for ev in sorted(evidence, key=lambda e: e.at):
         if ev.candidate_digest == current and ev.contract_version == version:
             latest[ev.check] = ev
-    evidence = tuple(
+    lines = tuple(
         f"{name}: {'passed' if ev.passed else 'failed'} on {ev.candidate_digest[:12]}"
         + (f" (exit {ev.exit_code}, " if ev.exit_code is not None else " (")
         + f"contract {ev.contract_version[:12]})"
@@ -720,7 +737,7 @@ def _handoff(controller: Controller, spend: dict[str, float], current: str) -> H
         disposition=disposition,
         stop_reason=reason,
         candidate_digest=current,
-        evidence=evidence,
+        evidence=lines,
         open_findings=tuple(findings),
         spend=spend,
         next_step=next_step,
@@ -736,6 +753,7 @@ async def run(
     tools: ToolRegistry | None = None,
     on_step: StepCallback | None = None,
     run_id: str | None = None,
+    actor_spec: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """
     Run ``actor`` on ``task`` until the controller decides it is over.
@@ -751,17 +769,44 @@ async def run(
         tools: the tools on offer (default: the built-in workspace tools).
         on_step: called with each trace record after it is journaled.
         run_id: the run's id (default: a new one).
+        actor_spec: how to make the actor again (a task file's ``[actor]`` table),
+            journaled so that ``proctor resume`` can.
 
     Returns:
         The run's outcome: disposition, stop reason, candidate, evidence, handoff.
+    """
+    async with open_journal(journal) as j:
+        return await start_run(
+            task, actor, j, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
+        )
+
+
+async def start_run(
+    task: Task,
+    actor: Actor,
+    journal: Journal,
+    *,
+    tools: ToolRegistry | None = None,
+    on_step: StepCallback | None = None,
+    run_id: str | None = None,
+    parent_run_id: str | None = None,
+    actor_spec: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """
+    Run ``actor`` on ``task`` with an open journal; see :func:`run`.
+
+    Args:
+        parent_run_id: set for a resumed run: the workspace is taken as it stands
+            and the task's history is inherited from the journal.
     """
     registry = tools if tools is not None else ToolRegistry.builtin()
     run_id = run_id or uuid.uuid4().hex
     task_id = task.task_id or uuid.uuid4().hex
     structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)
     try:
-        async with open_journal(journal) as j:
-            return await _run(task, actor, j, registry, on_step, run_id, task_id)
+        return await _run(
+            task, actor, journal, registry, on_step, run_id, task_id, parent_run_id, actor_spec
+        )
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "task_id")
 
@@ -774,8 +819,11 @@ async def _run(
     on_step: StepCallback | None,
     run_id: str,
     task_id: str,
+    parent_run_id: str | None = None,
+    actor_spec: Mapping[str, Any] | None = None,
 ) -> RunResult:
-    await anyio.to_thread.run_sync(prepare_workspace, task)
+    if parent_run_id is None:
+        await anyio.to_thread.run_sync(prepare_workspace, task)
     await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
     epoch = await journal.create_run(
         run_id,
@@ -783,6 +831,7 @@ async def _run(
         policy=task.policy.settings(),
         policy_version=task.policy.version,
         host=socket.gethostname(),
+        parent_run_id=parent_run_id,
     )
     spent = await journal.spend_totals(task_id)
     ledger = Ledger(task.budget, dict(spent))
@@ -809,6 +858,15 @@ async def _run(
         digest=await anyio.to_thread.run_sync(hasher.digest),
         contract_version=task.contract_version,
     )
+    greeting = ""
+    if parent_run_id is None:
+        baseline = hasher.files()
+        await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
+    else:
+        history = await load_history(journal, task_id, run_id, judge)
+        baseline, greeting = history.baseline, history.summary
+    if actor_spec is not None:
+        await journal.add_note(run_id, "actor", dict(actor_spec))
 
     inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
     obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
@@ -831,7 +889,7 @@ async def _run(
         to_accountant=acc_tx,
         actor_scope=actor_scope,
         on_step=on_step,
-        baseline=hasher.files(),
+        baseline=baseline,
     )
     controller.remaining = ledger.remaining()
 
@@ -846,7 +904,7 @@ async def _run(
         inbox_tx.close()
         try:
             async with inbox_rx, obs_tx, ver_tx, acc_tx:
-                await controller.run()
+                await controller.run(greeting)
         finally:
             # Ending a run ends its children: nothing is orphaned.
             with anyio.move_on_after(10, shield=True):

@@ -9,12 +9,12 @@ its target.
 
 The states of an effect and the moves between them (:data:`TRANSITIONS`)::
 
-    planned ──> dispatched ──> confirmed
-                  ^   │   ├──> failed
-                  │   │   └──> uncertain ──> reconciled_applied
-                  │   │                 ├──> reconciled_not_applied ──┐
-                  │   │                 └──> escalated                │
-                  └───┴───────────── a retry with the same key <──────┘
+    planned ──> dispatched ──┬──> confirmed
+                   ^         ├──> failed
+                   │         └──> uncertain ──┬──> reconciled_applied
+                   │                          ├──> escalated
+                   │                          └──> reconciled_not_applied ──┐
+                   └────────────── a retry with the same key ───────────────┘
 
 Every call of an effectful tool has an idempotency key (:func:`idempotency_key`)
 that stays the same across retries and resumes, so that the far side can tell a
@@ -686,6 +686,14 @@ class FileReconciler:
         return "unknown"
 
 
+def _argv_tuple(argv: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(argv, str) or not argv:
+        raise ConfigError(
+            f"a probe is a program and its arguments, such as ['test', '-f', 'x'], not {argv!r}"
+        )
+    return tuple(argv)
+
+
 @attrs.frozen
 class CommandProbe:
     """
@@ -701,7 +709,7 @@ class CommandProbe:
         time_limit: seconds it may run.
     """
 
-    argv: tuple[str, ...] = attrs.field(converter=tuple)
+    argv: tuple[str, ...] = attrs.field(converter=_argv_tuple)
     time_limit: float = 30.0
 
     async def reconcile(self, effect: EffectRecord, ctx: ToolContext) -> Verdict:

@@ -383,6 +383,7 @@ def http_tools(
     lookup_base: str | None = None,
     *,
     time_limit: float = 30.0,
+    lookup_time_limit: float = 10.0,
     trust_env: bool = True,
 ) -> list[Tool]:
     """
@@ -394,12 +395,13 @@ def http_tools(
     Args:
         lookup_base: where its writes are looked up (see :func:`lookup_url`).
         time_limit: seconds a request may take, reply included.
+        lookup_time_limit: seconds a reconciliation lookup may take.
         trust_env: whether proxies and certificates come from the environment.
 
     Raises:
-        ConfigError: ``time_limit`` is not positive.
+        ConfigError: a time limit is not positive.
     """
-    reconciler = HttpReconciler(lookup_base, min(time_limit, 10.0), trust_env)
+    reconciler = HttpReconciler(lookup_base, lookup_time_limit, trust_env)
     return [
         Tool(
             HTTP_REQUEST_SPEC, HttpRequest(time_limit, reconciler=reconciler, trust_env=trust_env)

@@ -265,6 +265,11 @@ class Judge:
         return self._window.stall
 
     @property
+    def work_items(self) -> int:
+        """How many distinct work items the current window holds."""
+        return len(self._window.work)
+
+    @property
     def work_fingerprint(self) -> str:
         """The fingerprint of the distinct work done in the current window."""
         return self._window.work.fingerprint
@@ -343,6 +348,23 @@ class Judge:
         self._window.seen.add(digest)
         self.state_version += 1
         return True
+
+    def reopen(self) -> None:
+        """
+        Continue a task whose run ended (a resume): the disposition is cleared and the
+        counters start again, but the distinct work, the candidates seen, the failure
+        counts and the evidence stay: what was done before buys no new time.
+        """
+        self.disposition = None
+        self.stop_reason = None
+        w = self._window
+        w.stall = 0
+        w.same_response = 0
+        w.last_response = None
+        w.polls.clear()
+        w.tool_streaks.clear()
+        w.last_idle_action = None
+        w.seen.add(self.digest)
 
     def amend(self, task: TaskFacts, contract_version: str) -> None:
         """An operator changed the contract: evidence under the old version is stale."""

@@ -167,7 +167,64 @@ class Task:
             "policy": self.policy.settings(),
             "ignore": list(self.ignore),
             "command_time_limit": self.command_time_limit,
+            "template": None if self.template is None else str(self.template),
         }
+
+    @classmethod
+    def from_description(cls, data: Mapping[str, Any], task_id: str | None = None) -> Task:
+        """
+        Rebuild a task from what :meth:`describe` journaled.
+
+        Command, file and scope checks are rebuilt; Python and judge checks live
+        only in the code that made them and must be passed again (``resume(task=...)``).
+
+        Raises:
+            ConfigError: the description holds a check that cannot be rebuilt.
+        """
+        contract = data.get("contract") or {}
+        checks: list[Check] = []
+        for c in contract.get("checks", []):
+            kind = c.get("kind", "command")
+            if kind == "command":
+                checks.append(
+                    CommandCheck(
+                        c["name"],
+                        c["run"],
+                        expect_exit=c.get("expect_exit", 0),
+                        time_limit=c.get("time_limit", 600.0),
+                        required=c.get("required", True),
+                        junit=c.get("junit"),
+                    )
+                )
+            elif kind == "files":
+                checks.append(
+                    FileCheck(
+                        c["name"], tuple(c["files"]), c.get("pattern"), c.get("required", True)
+                    )
+                )
+            elif kind == "scope":
+                checks.append(ScopeCheck(c["name"], c.get("required", True)))
+            else:
+                raise ConfigError(
+                    f"check {c.get('name')!r} is a {kind} check, which lives in code: "
+                    "pass the task again to resume it"
+                )
+        budget = data.get("budget") or {}
+        return cls(
+            goal=data["goal"],
+            workspace=data["workspace"],
+            kind=contract.get("kind", "build"),
+            checks=tuple(checks),
+            protected=tuple(contract.get("protected", [])),
+            scope=tuple(contract.get("scope", [])),
+            required_files=tuple(contract.get("required_files", [])),
+            ignore=tuple(data.get("ignore", DEFAULT_IGNORE)),
+            budget=Budget(budget.get("limits", {}), budget.get("reserve", {})),
+            policy=Policy.from_mapping(data.get("policy") or {}),
+            command_time_limit=float(data.get("command_time_limit", 120.0)),
+            task_id=task_id,
+            template=None if data.get("template") is None else Path(data["template"]),
+        )
 
 
 @attrs.frozen

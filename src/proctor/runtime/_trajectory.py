@@ -10,7 +10,7 @@ have decided. The format is a public contract: see ``docs/trajectory.md``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -34,6 +34,7 @@ from proctor.verifiers._candidate import matches
 __all__ = (
     "FORMAT",
     "VERSION",
+    "Candidates",
     "Event",
     "FileModel",
     "Header",
@@ -41,6 +42,7 @@ __all__ = (
     "Step",
     "Trajectory",
     "diff_replays",
+    "drive",
     "parse_trajectory",
     "read_trajectory",
     "replay",
@@ -500,6 +502,55 @@ def _groups(events: Sequence[Event]) -> list[list[Event]]:
     return groups
 
 
+@attrs.frozen
+class Candidates:
+    """
+    Where the candidate digests of a sequence of events come from.
+
+    Args:
+        admit: the refusal of an action, or None to let it run.
+        apply: applies a call that ran and returns the candidate digest after it.
+        judged: the digest a verdict event judged.
+    """
+
+    admit: Callable[[ToolCall, Event], str | None]
+    apply: Callable[[ToolCall, ToolResult, Event], str]
+    judged: Callable[[Event], str]
+
+
+def drive(
+    judge: Judge, events: Sequence[Event], candidates: Candidates
+) -> Iterator[tuple[Event, Ruling]]:
+    """
+    Feed events to the decision core, one iteration at a time (a parallel round is
+    one iteration), and yield each event's ruling. Stops after the ruling that ends
+    the run.
+    """
+    for group in _groups(events):
+        rulings: list[Ruling]
+        if group[0].type == "action":
+            items: list[Act | Refused] = []
+            for event in group:
+                call = _call(event.data)
+                refusal = candidates.admit(call, event)
+                if refusal is not None:
+                    items.append(Refused(call, refusal))
+                    candidates.apply(call, ToolResult(ToolStatus.REFUSED), event)
+                    continue
+                result = _result(event.data)
+                before = judge.digest
+                items.append(Act(call, result, before, candidates.apply(call, result, event)))
+            rulings = judge.round(items)
+        else:
+            rulings = [_decide(judge, group[0], candidates.judged(group[0]))]
+        stopped = False
+        for event, ruling in zip(group, rulings, strict=True):
+            yield event, ruling
+            stopped = stopped or ruling.decision is Decision.STOP
+        if stopped:
+            return
+
+
 def replay(trajectory: Trajectory) -> Replay:
     """
     Decide, offline, what the controller would have done with a trajectory.
@@ -516,38 +567,28 @@ def replay(trajectory: Trajectory) -> Replay:
             p for p in header.task.required_files if not any(matches(f, (p,)) for f in present)
         )
 
+    def apply(call: ToolCall, result: ToolResult, event: Event) -> str:
+        if result.status is not ToolStatus.REFUSED:
+            model.apply(call.tool, call.args, result)
+        digests.append(model.digest)
+        return model.digest
+
+    def judged(event: Event) -> str:
+        of_event = event.data.get("of_event")
+        digest = digests[of_event] if of_event is not None else digests[event.index - 1]
+        digests.append(model.digest)
+        return digest
+
     judge = Judge(
         task=header.task, policy=header.policy, digest=model.digest, missing_files=missing
     )
     steps: list[Step] = []
     stopped_at: int | None = None
-    for group in _groups(trajectory.events):
-        rulings: list[Ruling]
-        if group[0].type == "action":
-            items: list[Act | Refused] = []
-            for event in group:
-                call = _call(event.data)
-                refusal = judge.admit(call)
-                if refusal is not None:
-                    items.append(Refused(call, refusal))
-                    digests.append(model.digest)
-                    continue
-                result = _result(event.data)
-                before = model.digest
-                model.apply(call.tool, call.args, result)
-                digests.append(model.digest)
-                items.append(Act(call, result, before, model.digest))
-            rulings = judge.round(items)
-        else:
-            event = group[0]
-            rulings = [_decide(judge, event, digests)]
-            digests.append(model.digest)
-        for event, ruling in zip(group, rulings, strict=True):
-            steps.append(Step(event.index, ruling.decision, ruling.progress, ruling.reason))
-            if ruling.decision is Decision.STOP:
-                stopped_at = event.index
-        if stopped_at is not None:
-            break
+    candidates = Candidates(lambda call, event: judge.admit(call), apply, judged)
+    for event, ruling in drive(judge, trajectory.events, candidates):
+        steps.append(Step(event.index, ruling.decision, ruling.progress, ruling.reason))
+        if ruling.decision is Decision.STOP:
+            stopped_at = event.index
     reason = judge.stop_reason
     return Replay(
         disposition=judge.disposition.value if judge.disposition else "open",
@@ -560,7 +601,7 @@ def replay(trajectory: Trajectory) -> Replay:
     )
 
 
-def _decide(judge: Judge, event: Event, digests: list[str]) -> Ruling:
+def _decide(judge: Judge, event: Event, judged: str) -> Ruling:
     data = event.data
     if event.type == "message":
         return judge.message(
@@ -572,10 +613,14 @@ def _decide(judge: Judge, event: Event, digests: list[str]) -> Ruling:
             )
         )
     if event.type == "verdict":
-        of_event = data.get("of_event")
-        judged = digests[of_event] if of_event is not None else digests[event.index - 1]
         return judge.verdict(
-            Verdict(data["check"], data["passed"], judged, data.get("output", "") or "")
+            Verdict(
+                data["check"],
+                data["passed"],
+                judged,
+                data.get("output", "") or "",
+                data.get("contract", judge.contract_version),
+            )
         )
     if event.type == "signal":
         return judge.signal(data["name"])

@@ -1,0 +1,60 @@
+"""Resume an interrupted or ended task: a new run that inherits the task's history."""
+
+from __future__ import annotations
+
+import os
+
+import attrs
+
+from proctor.runtime._actor import Actor
+from proctor.runtime._controller import StepCallback, start_run
+from proctor.runtime._journal import open_journal
+from proctor.runtime._outcome import RunResult
+from proctor.runtime._policy import Policy
+from proctor.runtime._task import Task
+from proctor.runtime._tools import ToolRegistry
+
+__all__ = ("resume",)
+
+
+async def resume(
+    run_id: str,
+    actor: Actor,
+    journal: str | os.PathLike[str] = "proctor.db",
+    *,
+    task: Task | None = None,
+    tools: ToolRegistry | None = None,
+    on_step: StepCallback | None = None,
+) -> RunResult:
+    """
+    Start a new run of the task of run ``run_id``, inheriting its history.
+
+    The new run inherits the attempt history of every earlier run of the task
+    (distinct work, failure signatures, candidate digests seen, evidence), its
+    spend (the budget is the task's, not the run's), its policy and its starting
+    candidate (for the scope check). The workspace is taken as it stands: a
+    template is not laid again. The actor's first observation summarizes that
+    history, built from the journal, not from the actor's notes.
+
+    Args:
+        run_id: any earlier run of the task (a unique prefix of 6+ characters).
+        actor: the actor for the new run.
+        journal: the journal's path.
+        task: the task, when it holds checks that live in code (Python checks,
+            judges); by default it is rebuilt from the journal.
+        tools: the tools on offer.
+        on_step: called with each trace record.
+
+    Raises:
+        RunNotFoundError: no such run.
+        ConfigError: the task cannot be rebuilt from the journal (pass ``task``).
+    """
+    async with open_journal(journal) as j:
+        parent = await j.get_run(run_id)
+        stored = await j.get_task(parent.task_id)
+        if task is None:
+            task = Task.from_description(stored["spec"], task_id=parent.task_id)
+        task = attrs.evolve(task, task_id=parent.task_id, policy=Policy.from_mapping(parent.policy))
+        return await start_run(
+            task, actor, j, tools=tools, on_step=on_step, parent_run_id=parent.run_id
+        )
