@@ -238,6 +238,26 @@ async def receive_deadline(books: Books) -> Deadline:
     return reply
 
 
+async def tell(books: Books, request: AccountantRequest) -> None:
+    """Send a request that has no reply, and wait until the accountant has served it."""
+    await books.requests.send(request)
+    # Requests are served in order: once a later one is answered, this one is done.
+    assert isinstance(await books.ask(Inspect(-1)), Inspected)
+
+
+async def receive(
+    books: Books, count: int, request: AccountantRequest
+) -> dict[type, AccountantReply]:
+    """Send a request and take ``count`` messages, whatever their order, by type."""
+    await books.requests.send(request)
+    got: dict[type, AccountantReply] = {}
+    with anyio.fail_after(2):
+        for _ in range(count):
+            message = await books.replies.receive()
+            got[type(message)] = message
+    return got
+
+
 async def test_no_wall_limit_means_no_deadline() -> None:
     ledger = Ledger(Budget.of(steps=3))
     async with accountant(ledger) as books:
@@ -517,6 +537,16 @@ async def test_an_invalid_retune_is_rejected_and_not_journaled() -> None:
         assert ledger.exhausted() == Exhaustion("steps", 6.0, 3.0)
 
 
+async def test_a_retune_adding_a_time_limit_brings_its_deadline() -> None:
+    clock = FakeClock()
+    ledger = Ledger(Budget.of(steps=10))
+    async with accountant(ledger, clock) as books:
+        clock.now = 5.0
+        await books.ask(RetuneLimit(1, "working_seconds", 5.0, who="ops", why="cap it"))
+        got = await receive(books, 2, Settle(2, None, {}))
+        assert got[Deadline] == Deadline(Exhaustion("working_seconds", 5.0, 5.0), hard=True)
+
+
 async def test_a_retune_moves_the_wall_deadline() -> None:
     clock = FakeClock()
     ledger = Ledger(Budget.of(wall_seconds=10), spent={"wall_seconds": 10.0})
@@ -533,26 +563,6 @@ async def test_a_retune_moves_the_wall_deadline() -> None:
 
 
 # -- working time --------------------------------------------------------------------------------
-
-
-async def tell(books: Books, request: AccountantRequest) -> None:
-    """Send a request that has no reply, and wait until the accountant has served it."""
-    await books.requests.send(request)
-    # Requests are served in order: once a later one is answered, this one is done.
-    assert isinstance(await books.ask(Inspect(-1)), Inspected)
-
-
-async def receive(
-    books: Books, count: int, request: AccountantRequest
-) -> dict[type, AccountantReply]:
-    """Send a request and take ``count`` messages, whatever their order, by type."""
-    await books.requests.send(request)
-    got: dict[type, AccountantReply] = {}
-    with anyio.fail_after(2):
-        for _ in range(count):
-            message = await books.replies.receive()
-            got[type(message)] = message
-    return got
 
 
 async def test_working_time_stops_while_paused_and_wall_time_does_not() -> None:
@@ -698,15 +708,21 @@ async def test_child_cpu_is_charged_in_deltas() -> None:
 
 
 async def test_unlimited_working_time_and_child_cpu_are_not_charged() -> None:
-    def no_cpu() -> float:
-        raise AssertionError("measured without a limit")
+    readings: list[float] = []
+
+    def cpu() -> float:
+        readings.append(1.0)
+        return float(len(readings))
 
     clock = FakeClock()
     ledger = Ledger(Budget.of(steps=3))
-    async with accountant(ledger, clock, cpu=lambda: 0.0) as books:
+    async with accountant(ledger, clock, cpu=cpu) as books:
         clock.now = 2.0
         await books.ask(Settle(1, None, {"steps": 1.0}))
     assert books.journal.calls[0] == ({"steps": 1.0, "wall_seconds": 2.0}, "settle")
+    assert ledger.spent == {"steps": 1.0, "wall_seconds": 2.0}
+    # Read once, at the start; never at a settlement without a limit.
+    assert len(readings) == 1
 
 
 # -- statistics ------------------------------------------------------------------------------------

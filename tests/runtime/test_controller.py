@@ -163,7 +163,10 @@ async def test_timed_out_command_is_uncertain_and_its_group_is_gone(tmp_path: Pa
     async with open_journal(journal) as j:
         effects = await j.effects(run_id=result.run_id)
         groups = await j.processes(result.run_id)
-    assert [e.state for e in effects] == ["uncertain"]
+    # Uncertain, and nothing can look a command's effect up: escalated, never "failed".
+    assert [e.state for e in effects] == ["escalated"]
+    assert any("escalated" in f for f in result.handoff.open_findings)
+    assert result.handoff.owner == "operator"
     assert len(groups) == 1
     assert groups[0].ended_at is not None
     assert not group_alive(groups[0].pgid)

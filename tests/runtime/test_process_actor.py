@@ -23,7 +23,9 @@ PY = sys.executable
 AGENTS = Path(__file__).resolve().parent.parent / "support" / "agents"
 
 START = Observation(0, ObservationKind.START, "Goal: make the tests pass")
-ENDED = Observation(4, ObservationKind.ENDED, "the run has ended", disposition=Disposition.COMPLETED)
+ENDED = Observation(
+    4, ObservationKind.ENDED, "the run has ended", disposition=Disposition.COMPLETED
+)
 
 
 def _agent(name: str, *args: str, **kw: float) -> ProcessActor:
@@ -149,10 +151,11 @@ async def test_the_agent_runs_in_its_directory_with_its_environment(tmp_path: Pa
         "sys.stdin.read()\n"
     )
     env = {"AGENT_NOTE": "hello", "PATH": "/usr/bin:/bin"}
+    where = await anyio.Path(tmp_path).resolve()
     async with ProcessActor([PY, "-c", script], cwd=tmp_path, env=env) as actor:
         with anyio.fail_after(10):
             proposal = await actor.propose(START)
-    assert getattr(proposal, "text", None) == f"{tmp_path.resolve()}|hello"
+    assert getattr(proposal, "text", None) == f"{where}|hello"
 
 
 async def test_an_end_before_the_start_starts_nothing() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import tempfile
 import time
@@ -33,7 +34,7 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from proctor._errors import FencedError
+from proctor._errors import EffectError, FencedError, WorkspaceError
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -49,10 +50,22 @@ from proctor.budgets._accountant import (
 )
 from proctor.budgets._budget import Exhaustion, Ledger
 from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, run_actor
-from proctor.runtime._history import load_history
+from proctor.runtime._effects import (
+    EffectLedger,
+    EffectState,
+    args_hash,
+    effect_key,
+    file_digests,
+    idempotency_key,
+    reconcile,
+    reconciler_for,
+    target_of,
+    verdict_state,
+)
+from proctor.runtime._history import load_effects, load_history
 from proctor.runtime._journal import Journal, open_journal
 from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
-from proctor.runtime._normalize import canonical_json, digest, fingerprint
+from proctor.runtime._normalize import canonical_json, fingerprint
 from proctor.runtime._operator import apply_amendment
 from proctor.runtime._outcome import Candidate, Handoff, RunResult
 from proctor.runtime._process import ProcessGroups
@@ -75,6 +88,7 @@ from proctor.runtime._records import (
 )
 from proctor.runtime._task import Task, prepare_workspace
 from proctor.runtime._tools import ToolContext, ToolRegistry, call_tool
+from proctor.runtime._toolspec import ToolSpec
 from proctor.runtime._workspace import Workspace
 from proctor.verifiers._candidate import TreeHasher, freeze
 from proctor.verifiers._evidence import Evidence
@@ -92,6 +106,8 @@ Inbound = Proposal | ActorFinished | ActorCrashed | VerifyResult | AccountantRep
 AFTER_END_LIMIT = 16
 #: How long the controller waits for each of them.
 AFTER_END_WAIT = 2.0
+#: How often a write found not applied is sent again (with the same key).
+MAX_EFFECT_RETRIES = 3
 
 _TRAJECTORY_STATUS = {
     ToolStatus.OK: "ok",
@@ -149,8 +165,10 @@ class Controller:
     _stash: deque[Inbound] = attrs.field(factory=deque)
     _ref: int = 0
     _deadline: Deadline | None = None
-    _effects: int = 0
+    _sequence: int = 0
     final_digest: str = ""
+    effects: EffectLedger = attrs.field(factory=EffectLedger)
+    step_base: int = 0
     baseline: dict[str, str] = attrs.field(factory=dict)
     _notes_seen: int = 0
     _note: str = ""
@@ -276,6 +294,7 @@ class Controller:
         Args:
             greeting: for a resumed run, the summary of its history.
         """
+        greeting += await self._recover_effects()
         intro = f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}"
         await self._observe(
             ObservationKind.RESUME if greeting else ObservationKind.START,
@@ -418,11 +437,65 @@ class Controller:
         grant = await self._reserve(amounts)
         if isinstance(grant, Exhaustion):
             return Refused(call, f"budget: {grant.describe()}; the call was not sent")
-        key: str | None = None
+        before = self.judge.digest
+        try:
+            if spec.effectful:
+                outcome = await self._effect(call, spec)
+            else:
+                outcome = await call_tool(self.registry, self.context, call.tool, call.args)
+        finally:
+            await self._release(grant)
+        if isinstance(outcome, Refused):
+            return outcome
+        for k, v in amounts.items():
+            spent[k] = spent.get(k, 0.0) + v
+        after = before
         if spec.effectful:
-            self._effects += 1
-            key = digest(f"{self.task_id}\0{self.run_id}\0{self.step + 1}\0{self._effects}")
-            target = canonical_json({k: call.args.get(k) for k in spec.targets})
+            for name in spec.paths:
+                if isinstance(call.args.get(name), str):
+                    self.hasher.invalidate(str(call.args[name]))
+            after = await self._digest()
+        return Act(call, outcome, before, after)
+
+    async def _effect(self, call: ToolCall, spec: ToolSpec) -> ToolResult | Refused:
+        """
+        Dispatch an effectful call through the effect ledger.
+
+        The intent is journaled durably, and fenced by the run's status and epoch,
+        before the call leaves the process. An uncertain outcome is reconciled at
+        once by a permitted read; a write found not applied is sent again with the
+        same key, within the retry budget. No replacement write goes to a target
+        whose effect is uncertain.
+        """
+        self._sequence += 1
+        key = idempotency_key(self.task_id, self.step_base + self.step + 1, self._sequence)
+        try:
+            target = target_of(spec, call.args, self.context.workspace)
+            holder = self.effects.blocks(target, key)
+            if holder is not None:
+                return Refused(
+                    call,
+                    f"uncertain: an earlier effect on {target.text} ({holder.key}) has an "
+                    "unknown outcome; it must be reconciled before another write goes there",
+                )
+            before, intended = await file_digests(call.tool, call.args, self.context.workspace)
+            self.effects.plan(key, call.tool, call.args, target, before, intended_digest=intended)
+        except (EffectError, WorkspaceError) as exc:
+            return Refused(call, f"effect: {exc}")
+        await self.journal.add_note(
+            self.run_id,
+            "effect",
+            {
+                "key": key,
+                "tool": call.tool,
+                "args": call.args,
+                "target": target.text,
+                "before": before,
+                "intended": intended,
+            },
+        )
+        attempt = 0
+        while True:
             try:
                 await self.journal.record_dispatch(
                     run_id=self.run_id,
@@ -431,33 +504,84 @@ class Controller:
                     task_id=self.task_id,
                     step=self.step + 1,
                     tool=call.tool,
-                    target=target,
-                    args_hash=digest(canonical_json(call.args)),
+                    target=target.text,
+                    args_hash=args_hash(call.args),
                 )
             except FencedError as exc:
-                await self._release(grant)
                 return Refused(call, f"fence: {exc}")
-        before = self.judge.digest
-        result = await call_tool(self.registry, self.context, call.tool, call.args)
-        for k, v in amounts.items():
-            spent[k] = spent.get(k, 0.0) + v
-        await self._release(grant)
-        if key is not None:
+            self.effects.dispatched(key)
+            result = await self._send(key, call)
             state = {
-                ToolStatus.OK: "confirmed",
-                ToolStatus.ERROR: "failed",
-                ToolStatus.UNCERTAIN: "uncertain",
-            }.get(result.status, "failed")
+                ToolStatus.OK: EffectState.CONFIRMED,
+                ToolStatus.ERROR: EffectState.FAILED,
+            }.get(result.status, EffectState.UNCERTAIN)
+            await self._settle_effect(key, state, {"status": result.status.value})
+            if state is not EffectState.UNCERTAIN:
+                return result
+            verdict = await self._reconcile(key)
+            if verdict == "applied":
+                return attrs.evolve(
+                    result,
+                    output=f"{result.output}\n[proctor] the outcome was uncertain; "
+                    "reconciliation found the effect applied: it was not sent again",
+                )
+            if verdict == "unknown":
+                return attrs.evolve(
+                    result,
+                    output=f"{result.output}\n[proctor] the outcome is uncertain and nothing can "
+                    f"look it up: effect {key} is escalated to an operator",
+                )
+            attempt += 1
+            retry = await self._reserve({"retries": 1.0}) if attempt <= MAX_EFFECT_RETRIES else None
+            if not isinstance(retry, int):
+                return attrs.evolve(
+                    result,
+                    output=f"{result.output}\n[proctor] the effect was not applied; "
+                    "no retry is left in the budget",
+                )
+            await self._settle(retry, {"retries": 1.0})
+            await anyio.sleep(min(30.0, 0.5 * 2 ** (attempt - 1)) * random.random())
+            self.effects.plan(key, call.tool, call.args, target)
+
+    async def _send(self, key: str, call: ToolCall) -> ToolResult:
+        """Call the tool with the effect's key in context; a cancellation leaves it uncertain."""
+        try:
+            with effect_key(key):
+                return await call_tool(self.registry, self.context, call.tool, call.args)
+        except BaseException:
+            with anyio.move_on_after(5, shield=True):
+                await self._settle_effect(key, EffectState.UNCERTAIN, {"status": "cancelled"})
+            raise
+
+    async def _settle_effect(self, key: str, state: EffectState, outcome: dict[str, Any]) -> None:
+        self.effects.outcome(key, state)
+        await self.journal.settle_effect(key, state.value, outcome)
+
+    async def _recover_effects(self) -> str:
+        """
+        Before anything else runs: every effect dispatched without an outcome (a
+        crash, a killed host) is uncertain, and is reconciled now.
+        """
+        lines = []
+        for record in self.effects.recover_open():
             await self.journal.settle_effect(
-                key, state, {"status": result.status.value, "exit_code": result.exit_code}
+                record.key, record.state.value, {"status": "recovered"}
             )
-        after = before
-        if spec.effectful:
-            for name in spec.paths:
-                if isinstance(call.args.get(name), str):
-                    self.hasher.invalidate(str(call.args[name]))
-            after = await self._digest()
-        return Act(call, result, before, after)
+        for record in self.effects.uncertain():
+            verdict = await self._reconcile(record.key)
+            lines.append(f"effect {record.key} ({record.tool} {record.target.text}): {verdict}")
+        if not lines:
+            return ""
+        return "\nUncertain effects from before were reconciled:\n" + "\n".join(lines)
+
+    async def _reconcile(self, key: str) -> str:
+        """Settle an uncertain effect by a permitted read, never by sending it again."""
+        record = self.effects.get(key)
+        assert record is not None
+        reconciler = reconciler_for(record.tool, self.registry.get(record.tool))
+        verdict = await reconcile(record, reconciler, self.context)
+        await self._settle_effect(key, verdict_state(verdict), {"verdict": verdict})
+        return verdict
 
     async def _release(self, grant: int) -> None:
         ref = self._next_ref()
@@ -712,6 +836,12 @@ def _handoff(
             for f in ev.findings
             if f.startswith("suggest: ")
         ]
+    escalated = [r for r in controller.effects.records() if r.state is EffectState.ESCALATED]
+    findings += [
+        f"escalated: effect {r.key} ({r.tool} {r.target.text}) has an outcome nothing can "
+        "look up; an operator must check whether it happened"
+        for r in escalated
+    ]
     reason = judge.stop_reason
     disposition = judge.disposition
     nexts = {
@@ -733,6 +863,8 @@ def _handoff(
     next_step, owner = nexts[disposition]
     if reason is not None and reason.owner != "none" and disposition is not Disposition.COMPLETED:
         owner = reason.owner
+    if escalated and owner == "none":
+        owner = "operator"
     return Handoff(
         disposition=disposition,
         stop_reason=reason,
@@ -859,12 +991,16 @@ async def _run(
         contract_version=task.contract_version,
     )
     greeting = ""
+    effects = EffectLedger()
+    step_base = 0
     if parent_run_id is None:
         baseline = hasher.files()
         await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
     else:
         history = await load_history(journal, task_id, run_id, judge)
         baseline, greeting = history.baseline, history.summary
+        effects = await load_effects(journal, task_id)
+        step_base = history.steps
     if actor_spec is not None:
         await journal.add_note(run_id, "actor", dict(actor_spec))
 
@@ -890,6 +1026,8 @@ async def _run(
         actor_scope=actor_scope,
         on_step=on_step,
         baseline=baseline,
+        effects=effects,
+        step_base=step_base,
     )
     controller.remaining = ledger.remaining()
 

@@ -15,12 +15,13 @@ from typing import Any
 
 import attrs
 
+from proctor.runtime._effects import EffectLedger, EffectRecord, EffectState, Target
 from proctor.runtime._journal import Journal
 from proctor.runtime._judge import Judge
 from proctor.runtime._records import ToolCall, ToolResult
 from proctor.runtime._trajectory import Candidates, Event, drive
 
-__all__ = ("History", "load_history")
+__all__ = ("History", "load_effects", "load_history")
 
 
 @attrs.frozen
@@ -73,6 +74,34 @@ def _replay_run(judge: Judge, records: Sequence[Mapping[str, Any]]) -> None:
     for _ in drive(judge, events, Candidates(admit, apply, judged)):
         pass
     judge.reopen()
+
+
+async def load_effects(journal: Journal, task_id: str) -> EffectLedger:
+    """
+    Rebuild the effect ledger of a task from the journal: every effect of every
+    run, with the arguments and digests journaled before it was dispatched.
+    """
+    details: dict[str, Mapping[str, Any]] = {}
+    for row in await journal.runs_of_task(task_id):
+        for note in await journal.notes(row.run_id):
+            if note["kind"] == "effect":
+                details[note["body"]["key"]] = note["body"]
+    records = []
+    for effect in await journal.effects(task_id=task_id):
+        extra = details.get(effect.key, {})
+        records.append(
+            EffectRecord(
+                key=effect.key,
+                tool=effect.tool,
+                args=dict(extra.get("args", {})),
+                target=Target.parse(effect.target),
+                args_hash=effect.args_hash,
+                before_digest=extra.get("before"),
+                state=EffectState(effect.state),
+                intended_digest=extra.get("intended"),
+            )
+        )
+    return EffectLedger.from_records(records)
 
 
 async def load_history(journal: Journal, task_id: str, run_id: str, judge: Judge) -> History:

@@ -13,10 +13,16 @@ Writes that belong to a run are fenced by the run's epoch: a write from an owner
 whose epoch is stale, or an effect dispatch after the run ended, raises
 :class:`~proctor.FencedError` and writes nothing.
 
-All SQL lives in :class:`_Sql` and :data:`_MIGRATIONS`; another backend
-implements the same methods with its own SQL. ``sqlite3`` errors never leave
-this module: they become :class:`~proctor.JournalError` naming the journal's
-path, chained to the original.
+Runs may also be queued and claimed under a lease (:meth:`Journal.submit_run`,
+:meth:`Journal.claim_run`): each claim gives the run a new epoch, so the owner
+that lost the lease is fenced out. Lease times are read from the database's own
+clock, here SQLite's ``julianday('now')``.
+
+All SQL lives in :class:`_Sql` and :data:`_MIGRATIONS`; the PostgreSQL backend
+(:mod:`proctor.runtime._journal_pg`) implements the same :class:`JournalLike`
+interface with its own SQL, and :func:`open_journal` picks the backend from the
+target. ``sqlite3`` errors never leave this module: they become
+:class:`~proctor.JournalError` naming the journal's path, chained to the original.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Protocol, Self
 
 import aiosqlite
 import anyio
@@ -49,10 +55,14 @@ __all__ = (
     "EFFECT_STATES",
     "SCHEMA_VERSION",
     "SPEND_KINDS",
+    "Claimed",
     "EffectRow",
     "Journal",
+    "JournalLike",
     "ProcessRow",
     "RunRow",
+    "Synchronous",
+    "is_postgres_url",
     "open_journal",
 )
 
@@ -84,15 +94,36 @@ _MIN_PREFIX = 6
 _CLOSE_LIMIT = 30.0
 
 _RUNNING = "running"
+_QUEUED = "queued"
+
+#: The URL schemes that select the PostgreSQL journal.
+_POSTGRES_SCHEMES: tuple[str, ...] = ("postgresql://", "postgres://")
 
 # --------------------------------------------------------------------------------------
 # SQL: the schema and every statement. Nothing outside this section spells SQL.
 # --------------------------------------------------------------------------------------
 
-#: Migration N (1-based) brings a journal from user_version N-1 to N. Each script
-#: is idempotent, so a journal migrated concurrently by two processes ends the same.
-_MIGRATIONS: tuple[str, ...] = (
+
+@attrs.frozen
+class _Migration:
     """
+    One step of the schema.
+
+    Args:
+        columns: ``(table, column, declaration)`` to add where absent, first.
+        script: then these statements, each idempotent (``IF NOT EXISTS``).
+    """
+
+    columns: tuple[tuple[str, str, str], ...] = ()
+    script: str = ""
+
+
+#: Migration N (1-based) brings a journal from user_version N-1 to N. They run
+#: under the write lock, and every step is idempotent, so a journal migrated
+#: concurrently by two processes, or migrated again, ends the same.
+_MIGRATIONS: tuple[_Migration, ...] = (
+    _Migration(
+        script="""
     CREATE TABLE IF NOT EXISTS tasks (
         task_id          TEXT PRIMARY KEY,
         goal             TEXT NOT NULL,
@@ -196,7 +227,18 @@ _MIGRATIONS: tuple[str, ...] = (
         at     REAL NOT NULL
     );
     CREATE INDEX IF NOT EXISTS notes_by_run ON notes (run_id);
-    """,
+    """
+    ),
+    # Leases: who owns a claimed run, and until when (seconds since the epoch, by
+    # the database's clock). Queued runs and runs whose lease may have expired
+    # are found through a partial index.
+    _Migration(
+        columns=(("runs", "owner", "TEXT"), ("runs", "lease_until", "REAL")),
+        script="""
+        CREATE INDEX IF NOT EXISTS runs_claimable ON runs (started_at)
+        WHERE status IN ('queued', 'running');
+        """,
+    ),
 )
 
 #: The schema version this proctor writes and understands.
@@ -206,7 +248,7 @@ _RUN_COLUMNS = """
     r.run_id, r.task_id, r.parent_run_id, r.epoch, r.status, r.disposition,
     r.stop_reason, r.policy, r.policy_version, r.host, r.started_at, r.ended_at,
     r.candidate_digest, r.handoff, t.goal,
-    (SELECT count(*) FROM steps AS s WHERE s.run_id = r.run_id)
+    (SELECT count(*) FROM steps AS s WHERE s.run_id = r.run_id), r.owner, r.lease_until
     FROM runs AS r JOIN tasks AS t ON t.task_id = r.task_id
 """
 
@@ -220,6 +262,10 @@ _EFFECT_COLUMNS = """
     key, run_id, task_id, step, tool, target, args_hash, state, created_at,
     updated_at, outcome
 """
+
+
+#: Now, in seconds since the Unix epoch, by SQLite's clock (milliseconds resolution).
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 
 class _Sql:
@@ -240,11 +286,18 @@ class _Sql:
         return f"PRAGMA synchronous = {level}"
 
     @staticmethod
-    def migrate(scripts: Sequence[str], version: int) -> str:
-        # executescript() commits any open transaction first, so the script opens
-        # and commits its own: all the migrations and the new version, or nothing.
-        body = "\n".join(scripts)
-        return f"BEGIN IMMEDIATE;\n{body}\nPRAGMA user_version = {int(version)};\nCOMMIT;"
+    def set_user_version(version: int) -> str:
+        # PRAGMA takes no bound parameters; the version is an int we computed.
+        return f"PRAGMA user_version = {int(version)}"
+
+    @staticmethod
+    def table_info(table: str) -> str:
+        # ``table`` comes from _MIGRATIONS, never from input.
+        return f"PRAGMA table_info({table})"
+
+    @staticmethod
+    def add_column(table: str, column: str, declaration: str) -> str:
+        return f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
 
     put_task = """
         INSERT INTO tasks (task_id, goal, spec, contract_version, created_at)
@@ -301,7 +354,10 @@ class _Sql:
         SELECT :run_id, :step, :trace_id, :kind, :action, :tool_status, :result_fingerprint,
                :state_version, :state_delta, :remaining, :decision, :progress, :reason,
                :stop_reason, :disposition, :policy_version, :at, :event, :extra
-        WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch)
+        WHERE EXISTS (
+            SELECT 1 FROM runs
+            WHERE run_id = :run_id AND epoch = :epoch AND status <> 'queued'
+        )
     """
     steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = ? ORDER BY step"
 
@@ -332,6 +388,16 @@ class _Sql:
         UPDATE effects SET state = :state, outcome = :outcome, updated_at = :now
         WHERE key = :key
     """
+    # Fenced like a step: by the writer's epoch, whether or not its run has ended
+    # (open dispatches are marked after the end).
+    settle_effect_fenced = """
+        UPDATE effects SET state = :state, outcome = :outcome, updated_at = :now
+        WHERE key = :key AND EXISTS (
+            SELECT 1 FROM runs
+            WHERE run_id = :run_id AND epoch = :epoch AND status <> 'queued'
+        )
+    """
+    effect_exists = "SELECT 1 FROM effects WHERE key = ?"
     effects = f"SELECT {_EFFECT_COLUMNS} FROM effects"
     effects_order = "ORDER BY created_at, rowid"
     effects_filters: ClassVar[Mapping[str, str]] = {
@@ -386,6 +452,43 @@ class _Sql:
     add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES (?, ?, ?, ?)"
     notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = ? ORDER BY id"
 
+    # -- leases: lease times are seconds since the epoch by SQLite's clock --------------
+
+    submit_run = """
+        INSERT INTO runs (
+            run_id, task_id, epoch, status, policy, policy_version, host, started_at
+        )
+        VALUES (:run_id, :task_id, 0, 'queued', :policy, :policy_version, '', :now)
+    """
+    # Under BEGIN IMMEDIATE, so the pick and the take are one atomic step.
+    claim_pick = f"""
+        SELECT run_id, epoch FROM runs
+        WHERE status IN ('queued', 'running')
+          AND (status = 'queued' OR lease_until <= {_NOW})
+        ORDER BY started_at, rowid LIMIT 1
+    """
+    # The new epoch is above every epoch of the task, so (task_id, epoch) stays
+    # unique; for a task's only run it is its previous epoch plus one.
+    claim_take = f"""
+        UPDATE runs
+        SET epoch = (SELECT max(o.epoch) FROM runs AS o WHERE o.task_id = runs.task_id) + 1,
+            status = 'running', owner = :worker, host = :worker,
+            lease_until = {_NOW} + :lease_seconds
+        WHERE run_id = :run_id
+        RETURNING task_id, epoch
+    """
+    renew_lease = f"""
+        UPDATE runs SET lease_until = {_NOW} + :lease_seconds
+        WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+    """
+    # A run released while running is claimable at once; an ended one keeps no lease.
+    release_run = f"""
+        UPDATE runs
+        SET owner = NULL,
+            lease_until = CASE WHEN status = 'running' THEN {_NOW} ELSE NULL END
+        WHERE run_id = :run_id AND epoch = :epoch AND status <> 'queued'
+    """
+
     @staticmethod
     def filtered(
         select: str, filters: Mapping[str, str], present: Sequence[str], order: str
@@ -422,6 +525,9 @@ class RunRow:
         handoff: what the run hands to whoever recovers it.
         goal: the task's goal.
         steps: how many steps are journaled.
+        owner: the worker that holds or last held its lease, if it was claimed.
+        lease_until: when that lease expires (seconds since the epoch, by the
+            database's clock), or None when the run holds no lease.
     """
 
     run_id: str
@@ -440,6 +546,28 @@ class RunRow:
     handoff: dict[str, Any] | None
     goal: str
     steps: int
+    owner: str | None = None
+    lease_until: float | None = None
+
+
+@attrs.frozen
+class Claimed:
+    """
+    A run a worker has claimed: it now owns the run under ``epoch`` until its lease expires.
+
+    Args:
+        run_id: the run.
+        task_id: its task.
+        epoch: the worker's epoch: every fenced write passes it.
+        previous_epoch: the run's epoch before the claim: 0 for a queued run never
+            claimed before, otherwise the epoch of the owner whose lease expired
+            or who released it (the run is being resumed).
+    """
+
+    run_id: str
+    task_id: str
+    epoch: int
+    previous_epoch: int
 
 
 @attrs.frozen
@@ -494,6 +622,128 @@ class ProcessRow:
     started_at: float
     ended_at: float | None
     how: str | None
+
+
+# --------------------------------------------------------------------------------------
+# The interface both backends implement
+# --------------------------------------------------------------------------------------
+
+
+class JournalLike(Protocol):
+    """
+    What the runtime needs from a journal, whichever database holds it.
+
+    :class:`Journal` (SQLite) and :class:`~proctor.runtime._journal_pg.PgJournal`
+    (PostgreSQL) implement it with the same arguments, results, errors and fences;
+    :func:`open_journal` returns one or the other. See :class:`Journal` for each
+    method's contract.
+    """
+
+    @property
+    def path(self) -> str:
+        """Where the journal is: a file, or a URL without its password."""
+        ...
+
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def put_task(
+        self, task_id: str, goal: str, spec: dict[str, Any], contract_version: str
+    ) -> None: ...
+    async def get_task(self, task_id: str) -> dict[str, Any]: ...
+
+    async def create_run(
+        self,
+        run_id: str,
+        task_id: str,
+        *,
+        policy: dict[str, Any],
+        policy_version: str,
+        host: str,
+        parent_run_id: str | None = None,
+    ) -> int: ...
+    async def end_run(
+        self,
+        run_id: str,
+        epoch: int,
+        *,
+        disposition: str,
+        stop_reason: dict[str, Any] | None,
+        candidate_digest: str | None,
+        handoff: dict[str, Any] | None,
+    ) -> None: ...
+    async def get_run(self, run_id: str) -> RunRow: ...
+    async def list_runs(self, limit: int = 50) -> list[RunRow]: ...
+    async def runs_of_task(self, task_id: str) -> list[RunRow]: ...
+
+    async def submit_run(
+        self, run_id: str, task_id: str, *, policy: dict[str, Any], policy_version: str
+    ) -> None: ...
+    async def claim_run(self, worker: str, lease_seconds: float) -> Claimed | None: ...
+    async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool: ...
+    async def release_run(self, run_id: str, epoch: int) -> None: ...
+
+    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> None: ...
+    async def append_steps(
+        self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
+    ) -> None: ...
+    async def steps(self, run_id: str) -> list[dict[str, Any]]: ...
+
+    async def record_dispatch(
+        self,
+        *,
+        run_id: str,
+        epoch: int,
+        key: str,
+        task_id: str,
+        step: int,
+        tool: str,
+        target: str,
+        args_hash: str,
+    ) -> None: ...
+    async def settle_effect(
+        self,
+        key: str,
+        state: str,
+        outcome: dict[str, Any] | None,
+        *,
+        run_id: str | None = None,
+        epoch: int | None = None,
+    ) -> None: ...
+    async def effects(
+        self,
+        *,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        states: Sequence[str] | None = None,
+    ) -> list[EffectRow]: ...
+
+    async def add_evidence(self, run_id: str, task_id: str, record: Mapping[str, Any]) -> None: ...
+    async def evidence(
+        self, *, run_id: str | None = None, task_id: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    async def add_spend(
+        self,
+        task_id: str,
+        run_id: str,
+        amounts: Mapping[str, float],
+        kind: str,
+        note: str = "",
+    ) -> None: ...
+    async def spend_totals(
+        self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
+    ) -> dict[str, float]: ...
+
+    async def record_process(self, run_id: str, pgid: int, command: str) -> None: ...
+    async def end_process(self, run_id: str, pgid: int, how: str) -> None: ...
+    async def processes(self, run_id: str) -> list[ProcessRow]: ...
+
+    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None: ...
+    async def notes(self, run_id: str) -> list[dict[str, Any]]: ...
+
+    async def integrity_check(self) -> str: ...
 
 
 # --------------------------------------------------------------------------------------
@@ -554,26 +804,43 @@ class Journal:
     async def _setup(self, db: aiosqlite.Connection) -> None:
         with self._errors("open"):
             await db.executescript(_Sql.setup + _Sql.synchronous(self._synchronous))
-            rows = await db.execute_fetchall(_Sql.user_version)
-            version = int(next(iter(rows))[0])
-            if version > SCHEMA_VERSION:
-                raise SchemaError(
-                    f"journal {self._path} has schema version {version}, but this proctor "
-                    f"knows versions up to {SCHEMA_VERSION}: open it with a newer proctor"
-                )
+            version = await self._schema_version(db)
             if version < SCHEMA_VERSION:
-                try:
-                    await db.executescript(_Sql.migrate(_MIGRATIONS[version:], SCHEMA_VERSION))
-                except BaseException:
-                    with anyio.CancelScope(shield=True):
-                        await db.rollback()
-                    raise
-                log.info(
-                    "journal.migrated",
-                    path=self._path,
-                    from_version=version,
-                    to_version=SCHEMA_VERSION,
-                )
+                async with self._transaction(db):
+                    # Read again under the write lock: another process may have
+                    # migrated the journal since.
+                    version = await self._schema_version(db)
+                    for migration in _MIGRATIONS[version:]:
+                        await self._apply(db, migration)
+                    if version < SCHEMA_VERSION:
+                        await db.execute(_Sql.set_user_version(SCHEMA_VERSION))
+                if version < SCHEMA_VERSION:
+                    log.info(
+                        "journal.migrated",
+                        path=self._path,
+                        from_version=version,
+                        to_version=SCHEMA_VERSION,
+                    )
+
+    async def _schema_version(self, db: aiosqlite.Connection) -> int:
+        rows = await db.execute_fetchall(_Sql.user_version)
+        version = int(next(iter(rows))[0])
+        if version > SCHEMA_VERSION:
+            raise SchemaError(
+                f"journal {self._path} has schema version {version}, but this proctor "
+                f"knows versions up to {SCHEMA_VERSION}: open it with a newer proctor"
+            )
+        return version
+
+    @staticmethod
+    async def _apply(db: aiosqlite.Connection, migration: _Migration) -> None:
+        """Apply one migration inside the caller's transaction, skipping what is there."""
+        for table, column, declaration in migration.columns:
+            present = {row[1] for row in await db.execute_fetchall(_Sql.table_info(table))}
+            if column not in present:
+                await db.execute(_Sql.add_column(table, column, declaration))
+        for statement in _statements(migration.script):
+            await db.execute(statement)
 
     @property
     def path(self) -> str:
@@ -659,12 +926,7 @@ class Journal:
         return str(status), int(current)
 
     def _fenced(self, run_id: str, epoch: int, status: str, current: int, what: str) -> FencedError:
-        if current != epoch:
-            why = f"its epoch is {current}, the writer's is {epoch}"
-        else:
-            why = f"it has ended ({status})"
-        log.warning("journal.fenced", run_id=run_id, epoch=epoch, refused=what, why=why)
-        return FencedError(f"journal {self._path}: {what} of run {run_id} refused: {why}")
+        return _fenced_error(self._path, run_id, epoch, status, current, what)
 
     # -- tasks --------------------------------------------------------------------------
 
@@ -833,6 +1095,110 @@ class Journal:
             rows = await db.execute_fetchall(_Sql.runs_of_task, (task_id,))
         return [_run_row(row) for row in rows]
 
+    # -- leases -------------------------------------------------------------------------
+
+    async def submit_run(
+        self, run_id: str, task_id: str, *, policy: dict[str, Any], policy_version: str
+    ) -> None:
+        """
+        Queue a run of a known task, for a worker to claim: status ``queued``, epoch 0.
+
+        Raises:
+            JournalError: the run id is taken, the task is unknown, or the task
+                already has a queued run.
+        """
+        params = {
+            "run_id": run_id,
+            "task_id": task_id,
+            "policy": _dump(policy),
+            "policy_version": policy_version,
+            "now": time.time(),
+        }
+        what = f"submit run {run_id}"
+        async with self._use(what) as db:
+            try:
+                await db.execute(_Sql.submit_run, params)
+            except sqlite3.IntegrityError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)
+                if code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+                    why = f"run {run_id!r} already exists"
+                elif code == sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+                    why = f"task {task_id!r} already has a queued run"
+                else:
+                    why = f"task {task_id!r} is not in the journal"
+                raise JournalError(f"journal {self._path}: could not {what}: {why}") from exc
+
+    async def claim_run(self, worker: str, lease_seconds: float) -> Claimed | None:
+        """
+        Claim the oldest run that is queued, or running under an expired lease.
+
+        The claim is one durable transaction: the run becomes ``running``, owned by
+        ``worker`` until ``lease_seconds`` from now (by the database's clock), under
+        a new epoch that fences out every earlier owner. A lease of 0 seconds
+        expires at once.
+
+        Args:
+            worker: who claims it (a host name, ``host:pid``, ...).
+            lease_seconds: how long the lease lasts unless renewed.
+
+        Returns:
+            The claimed run, or None when no run can be claimed.
+
+        Raises:
+            ConfigError: ``worker`` is empty or ``lease_seconds`` is negative or not finite.
+        """
+        _check_worker(worker)
+        _check_lease(lease_seconds)
+        async with self._use("claim a run") as db, self._durable(db), self._transaction(db):
+            picked = list(await db.execute_fetchall(_Sql.claim_pick))
+            if not picked:
+                return None
+            run_id, previous = picked[0]
+            params = {"run_id": run_id, "worker": worker, "lease_seconds": float(lease_seconds)}
+            taken = list(await db.execute_fetchall(_Sql.claim_take, params))
+        task_id, epoch = taken[0]
+        claimed = Claimed(run_id, task_id, int(epoch), int(previous))
+        log.info("journal.claimed", run_id=run_id, worker=worker, epoch=claimed.epoch)
+        return claimed
+
+    async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool:
+        """
+        Extend the lease of a run this worker owns to ``lease_seconds`` from now.
+
+        Returns:
+            True when renewed; False, changing nothing, when the run is no longer
+            running under ``epoch`` (another worker took it over, or it ended).
+
+        Raises:
+            ConfigError: ``lease_seconds`` is negative or not finite.
+            RunNotFoundError: no such run.
+        """
+        _check_lease(lease_seconds)
+        params = {"run_id": run_id, "epoch": epoch, "lease_seconds": float(lease_seconds)}
+        what = "renew the lease"
+        async with self._use(f"{what} of run {run_id}") as db:
+            cursor = await db.execute(_Sql.renew_lease, params)
+            if cursor.rowcount == 1:
+                return True
+            await self._diagnose_run(db, run_id, what)
+        return False
+
+    async def release_run(self, run_id: str, epoch: int) -> None:
+        """
+        Give up the lease on a run. A run still running may be claimed at once.
+
+        Nothing changes when the run's epoch is no longer ``epoch``: the lease was
+        already lost.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
+        what = "release"
+        async with self._use(f"{what} run {run_id}") as db:
+            cursor = await db.execute(_Sql.release_run, {"run_id": run_id, "epoch": epoch})
+            if cursor.rowcount != 1:
+                await self._diagnose_run(db, run_id, what)
+
     # -- steps --------------------------------------------------------------------------
 
     async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> None:
@@ -953,23 +1319,52 @@ class Journal:
             f"(recorded {known_hash}, now {args_hash}): give the new call its own key"
         )
 
-    async def settle_effect(self, key: str, state: str, outcome: dict[str, Any] | None) -> None:
+    async def settle_effect(
+        self,
+        key: str,
+        state: str,
+        outcome: dict[str, Any] | None,
+        *,
+        run_id: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
         """
         Set an effect's state and outcome.
 
+        Args:
+            key: the effect's idempotency key.
+            state: one of :data:`EFFECT_STATES`.
+            outcome: what settled it, if anything.
+            run_id: the writer's run; with ``epoch``, the write is fenced like a step.
+            epoch: the writer's epoch.
+
         Raises:
-            ConfigError: ``state`` is not one of :data:`EFFECT_STATES`.
+            ConfigError: ``state`` is not one of :data:`EFFECT_STATES`, or only one of
+                ``run_id`` and ``epoch`` is given.
+            FencedError: ``run_id``'s epoch is not ``epoch``.
+            RunNotFoundError: no run ``run_id``.
             EffectError: no effect has that key.
         """
-        if state not in EFFECT_STATES:
-            raise ConfigError(
-                f"effect state must be one of {', '.join(EFFECT_STATES)}, got {state!r}"
-            )
-        params = {"key": key, "state": state, "outcome": _dump_opt(outcome), "now": time.time()}
-        async with self._use(f"settle effect {key}") as db:
-            cursor = await db.execute(_Sql.settle_effect, params)
-        if cursor.rowcount != 1:
-            raise EffectError(f"journal {self._path}: no effect with idempotency key {key!r}")
+        fenced = _settle_fence(state, run_id, epoch)
+        params = {
+            "key": key,
+            "state": state,
+            "outcome": _dump_opt(outcome),
+            "now": time.time(),
+            "run_id": run_id,
+            "epoch": epoch,
+        }
+        what = f"settle effect {key}"
+        sql = _Sql.settle_effect_fenced if fenced else _Sql.settle_effect
+        async with self._use(what) as db:
+            cursor = await db.execute(sql, params)
+            if cursor.rowcount == 1:
+                return
+            known = list(await db.execute_fetchall(_Sql.effect_exists, (key,)))
+            if known and run_id is not None and epoch is not None:
+                status, current = await self._diagnose_run(db, run_id, what)
+                raise self._fenced(run_id, epoch, status, current, what)
+        raise EffectError(f"journal {self._path}: no effect with idempotency key {key!r}")
 
     async def effects(
         self,
@@ -1139,18 +1534,32 @@ class Journal:
         return "\n".join(str(row[0]) for row in rows)
 
 
+def is_postgres_url(target: str | os.PathLike[str]) -> bool:
+    """Return whether ``target`` names a PostgreSQL journal (a ``postgresql://`` URL)."""
+    return os.fspath(target).lower().startswith(_POSTGRES_SCHEMES)
+
+
 @contextlib.asynccontextmanager
 async def open_journal(
-    path: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
-) -> AsyncIterator[Journal]:
+    target: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
+) -> AsyncIterator[JournalLike]:
     """
-    Open the journal at ``path`` for the body of an ``async with`` and close it after.
+    Open a journal for the body of an ``async with`` and close it after.
 
     Args:
-        path: the SQLite file.
-        synchronous: as for :meth:`Journal.open`.
+        target: a ``postgresql://`` (or ``postgres://``) URL for the PostgreSQL
+            journal (:class:`~proctor.runtime._journal_pg.PgJournal`); anything else
+            is the path of a SQLite file (:class:`Journal`).
+        synchronous: as for :meth:`Journal.open` and ``PgJournal.open``.
     """
-    journal = await Journal.open(path, synchronous=synchronous)
+    journal: JournalLike
+    if is_postgres_url(target):
+        # Imported here: asyncpg is loaded only by those who use PostgreSQL.
+        from proctor.runtime._journal_pg import PgJournal
+
+        journal = await PgJournal.open(os.fspath(target), synchronous=synchronous)
+    else:
+        journal = await Journal.open(target, synchronous=synchronous)
     try:
         yield journal
     finally:
@@ -1198,6 +1607,53 @@ def _load(text: str) -> Any:
 
 def _load_opt(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _fenced_error(
+    where: str, run_id: str, epoch: int, status: str, current: int, what: str
+) -> FencedError:
+    """Say why a fenced write was refused, and log it."""
+    if current != epoch:
+        why = f"its epoch is {current}, the writer's is {epoch}"
+    elif status == _QUEUED:
+        why = "it is queued: claim it first"
+    else:
+        why = f"it has ended ({status})"
+    log.warning("journal.fenced", run_id=run_id, epoch=epoch, refused=what, why=why)
+    return FencedError(f"journal {where}: {what} of run {run_id} refused: {why}")
+
+
+def _settle_fence(state: str, run_id: str | None, epoch: int | None) -> bool:
+    """Check the arguments of ``settle_effect``; return whether the write is fenced."""
+    if state not in EFFECT_STATES:
+        raise ConfigError(f"effect state must be one of {', '.join(EFFECT_STATES)}, got {state!r}")
+    if (run_id is None) != (epoch is None):
+        raise ConfigError("settle_effect fences by run_id and epoch together: give both or neither")
+    return run_id is not None
+
+
+def _check_worker(worker: str) -> None:
+    if not worker:
+        raise ConfigError("a claim needs a worker name, got an empty one")
+
+
+def _check_lease(lease_seconds: float) -> None:
+    if not (math.isfinite(lease_seconds) and lease_seconds >= 0):
+        raise ConfigError(
+            f"a lease lasts a finite, non-negative number of seconds, got {lease_seconds!r}"
+        )
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split an SQL script into its statements (``executescript`` would commit first)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    if pending.strip():
+        raise AssertionError(f"an incomplete statement ends a migration: {pending!r}")
 
 
 def _field(record: Mapping[str, Any], name: str, what: str) -> Any:
@@ -1298,6 +1754,8 @@ def _run_row(row: Any) -> RunRow:
         handoff=_load_opt(row[13]),
         goal=row[14],
         steps=row[15],
+        owner=row[16],
+        lease_until=row[17],
     )
 
 
