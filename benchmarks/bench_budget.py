@@ -15,6 +15,9 @@ Three budgets:
 - ``lease``: the ``counts`` budget, the round trip made inside a lease (the
   reservation checks the lease and its lender).
 
+For scale, ``echo`` is the same four channel operations against a task that
+answers at once and keeps no books: the floor the event loop sets.
+
 Run: ``python benchmarks/bench_budget.py``. Prints a table of median and p90
 microseconds per round trip and writes benchmarks/results/budget.json.
 """
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -104,6 +108,37 @@ async def _round_trips(budget: Budget, in_lease: bool) -> list[float]:
     return samples
 
 
+async def _echo(
+    requests: MemoryObjectReceiveStream[AccountantRequest],
+    replies: MemoryObjectSendStream[AccountantReply],
+) -> None:
+    async with requests, replies:
+        async for request in requests:
+            if isinstance(request, Reserve):
+                await replies.send(Granted(request.ref, 1, {}))
+            else:
+                await replies.send(Settled(request.ref, {}))
+
+
+async def _echo_round_trips() -> list[float]:
+    """The same round trips against a task that keeps no books."""
+    req_tx, req_rx = anyio.create_memory_object_stream[AccountantRequest](16)
+    rep_tx, rep_rx = anyio.create_memory_object_stream[AccountantReply](16)
+    samples: list[float] = []
+    async with anyio.create_task_group() as tg, rep_rx:
+        tg.start_soon(_echo, req_rx, rep_tx)
+        async with req_tx:
+            for i in range(WARMUP + ROUND_TRIPS):
+                start = time.perf_counter_ns()
+                await req_tx.send(Reserve(2 * i, _ESTIMATE))
+                await rep_rx.receive()
+                await req_tx.send(Settle(2 * i + 1, 1, _ACTUAL))
+                await rep_rx.receive()
+                if i >= WARMUP:
+                    samples.append((time.perf_counter_ns() - start) / 1000)
+    return samples
+
+
 def _row(name: str, samples: list[float]) -> dict[str, Any]:
     return {
         "budget": name,
@@ -118,6 +153,7 @@ async def _run() -> list[dict[str, Any]]:
         _row("counts", await _round_trips(Budget(_COUNTS), in_lease=False)),
         _row("clocks", await _round_trips(Budget(_CLOCKS, _RESERVE), in_lease=False)),
         _row("lease", await _round_trips(Budget(_COUNTS), in_lease=True)),
+        _row("echo", await _echo_round_trips()),
     ]
 
 

@@ -6,6 +6,7 @@ external verifier judges a frozen candidate; a budget accountant keeps spend
 outside the model.
 """
 
+from proctor._errors import ActorError as ActorError
 from proctor._errors import BudgetError as BudgetError
 from proctor._errors import ConfigError as ConfigError
 from proctor._errors import EffectError as EffectError
@@ -27,6 +28,9 @@ from proctor.runtime import FunctionActor as FunctionActor
 from proctor.runtime import Message as Message
 from proctor.runtime import MessageKind as MessageKind
 from proctor.runtime import Observation as Observation
+from proctor.runtime import OpenAIActor as OpenAIActor
+from proctor.runtime import ProcessActor as ProcessActor
+from proctor.runtime import ObservationKind as ObservationKind
 from proctor.runtime import Policy as Policy
 from proctor.runtime import Proposal as Proposal
 from proctor.runtime import Round as Round
@@ -37,7 +41,6 @@ from proctor.runtime import ToolCall as ToolCall
 from proctor.runtime import ToolResult as ToolResult
 from proctor.runtime import amend as amend
 from proctor.runtime import load_task as load_task
-from proctor.runtime import ObservationKind as ObservationKind
 from proctor.runtime import replay as replay
 from proctor.runtime import resume as resume
 from proctor.runtime import run as run
@@ -52,6 +55,7 @@ __version__ = "0.1.0"
 
 __all__ = (
     "Actor",
+    "ActorError",
     "Amendment",
     "Budget",
     "BudgetError",
@@ -73,7 +77,9 @@ __all__ = (
     "MessageKind",
     "Observation",
     "ObservationKind",
+    "OpenAIActor",
     "Policy",
+    "ProcessActor",
     "ProctorError",
     "Proposal",
     "PythonCheck",

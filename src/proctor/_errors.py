@@ -12,12 +12,14 @@ Every error proctor raises derives from :class:`ProctorError`::
     │   └── FencedError                  a write refused by the run's status or epoch
     ├── EffectError                      an effect-ledger rule was broken
     ├── BudgetError                      a budget rule was broken (unknown model price, ...)
+    ├── ActorError                       an actor could not produce a proposal
     └── RunNotFoundError (LookupError)   no run with that id in the journal
 """
 
 from __future__ import annotations
 
 __all__ = (
+    "ActorError",
     "BudgetError",
     "ConfigError",
     "EffectError",
@@ -80,6 +82,14 @@ class EffectError(ProctorError):
 
 class BudgetError(ProctorError):
     """A budget rule was broken, such as a model with no known or declared price."""
+
+
+class ActorError(ProctorError):
+    """
+    An actor could not produce a proposal: its process failed or its model server did.
+
+    The runtime turns it into a journaled ``failed`` disposition (``actor_crashed``).
+    """
 
 
 class RunNotFoundError(ProctorError, LookupError):

@@ -23,11 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 from proctor._errors import ConfigError, ProctorError, RunNotFoundError
-from proctor.runtime._actor import ScriptedActor
 from proctor.runtime._controller import run as run_task
 from proctor.runtime._journal import open_journal
 from proctor.runtime._records import Decision, Disposition, TraceRecord
-from proctor.runtime._task import load_task
+from proctor.runtime._task import ActorSpec, load_task
 from proctor.runtime._trajectory import diff_replays, read_trajectory, replay
 
 __all__ = ("EXIT_CODES", "main")
@@ -189,15 +188,14 @@ def run_command(task_file: Path, journal: str, as_json: bool) -> None:
     """Run the task in TASK_FILE until the controller decides it is over."""
     try:
         loaded = load_task(task_file)
-        assert loaded.actor.script is not None
-        actor = ScriptedActor.from_file(loaded.actor.script)
+        actor = loaded.actor.make()
     except ConfigError as exc:
         _fail(str(exc))
         return
     _find_python_first()
     console = Console(stderr=as_json, highlight=False)
     status, on_step = _live(console)
-    spec = {"kind": loaded.actor.kind, "script": str(loaded.actor.script), **loaded.actor.options}
+    spec = loaded.actor.describe()
 
     async def go() -> Any:
         return await run_task(loaded.task, actor, journal, on_step=on_step, actor_spec=spec)
@@ -218,19 +216,17 @@ def resume_command(run_id: str, journal: str, script: Path | None, as_json: bool
     """Start a new run of RUN's task that inherits its history, spend and open effects."""
     from proctor.runtime._resume import resume
 
-    async def actor_script() -> Path:
+    async def journaled_actor() -> ActorSpec:
         async with open_journal(journal) as j:
             run = await j.get_run(run_id)
             notes = [n for n in await j.notes(run.run_id) if n["kind"] == "actor"]
-        if not notes or notes[-1]["body"].get("kind") != "scripted":
-            raise ConfigError(
-                f"run {run.run_id} has no journaled scripted actor: pass --script FILE"
-            )
-        return Path(notes[-1]["body"]["script"])
+        if not notes:
+            raise ConfigError(f"run {run.run_id} has no journaled actor: pass --script FILE")
+        return ActorSpec.from_description(notes[-1]["body"])
 
-    path = script if script is not None else _guard(actor_script)
+    spec = ActorSpec("scripted", script) if script is not None else _guard(journaled_actor)
     try:
-        actor = ScriptedActor.from_file(path)
+        actor = spec.make()
     except ConfigError as exc:
         _fail(str(exc))
         return
@@ -239,7 +235,7 @@ def resume_command(run_id: str, journal: str, script: Path | None, as_json: bool
     status, on_step = _live(console)
 
     async def go() -> Any:
-        return await resume(run_id, actor, journal, on_step=on_step)
+        return await resume(run_id, actor, journal, on_step=on_step, actor_spec=spec.describe())
 
     _report(go, console, status, as_json)
 

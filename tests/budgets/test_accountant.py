@@ -467,6 +467,23 @@ async def test_late_usage_in_a_closed_lease_is_charged_to_its_lender() -> None:
         assert settled == Settled(3, {"steps": 8.0})
 
 
+async def test_a_lease_reservation_settled_after_the_close_touches_no_task_hold() -> None:
+    ledger = Ledger(Budget.of(steps=10))
+    async with accountant(ledger) as books:
+        held = await books.ask(Reserve(1, {"steps": 2.0}))
+        assert isinstance(held, Granted)
+        lease = await open_lease(books, 2, {"steps": 3.0})
+        inner = await books.ask(Reserve(3, {"steps": 1.0}, lease=lease))
+        assert isinstance(inner, Granted)
+        # The lease's reservation id is the same number as the task's.
+        assert inner.reservation == held.reservation
+        await books.ask(CloseLease(4, lease))
+        await books.ask(Settle(5, inner.reservation, {"steps": 1.0}, lease))
+        # The task's own reservation is still held; the late step counts.
+        assert ledger.reserved == {held.reservation: {"steps": 2.0}}
+        assert ledger.spent == {"steps": 1.0, "wall_seconds": 0.0}
+
+
 async def test_spend_in_an_unknown_lease_is_still_charged_to_the_task() -> None:
     ledger = Ledger(Budget.of(steps=10))
     async with accountant(ledger) as books:

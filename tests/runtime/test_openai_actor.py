@@ -20,8 +20,9 @@ from tests.support.chat_server import (  # noqa: F401 - the fixture
     malformed,
 )
 
-from proctor import CommandCheck, Disposition, Task, run
-from proctor._errors import ConfigError
+from proctor import Budget, CommandCheck, Disposition, Task, run
+from proctor._errors import ActorError, ConfigError
+from proctor.budgets import Price, PriceTable
 from proctor.budgets._usage import Usage
 from proctor.runtime import (
     Claim,
@@ -35,9 +36,9 @@ from proctor.runtime import (
     ToolCall,
     ToolResult,
     ToolStatus,
+    open_journal,
 )
 from proctor.runtime._openai import SPECIAL_TOOLS, OpenAIActor, tool_result_text
-from proctor.runtime._process_actor import ActorError
 from proctor.runtime._tools import ToolRegistry
 from proctor.runtime._toolspec import ToolSpec
 
@@ -518,6 +519,8 @@ async def test_a_model_fixes_a_project_end_to_end(chat: ChatServer, tmp_path: Pa
         workspace=root,
         checks=[CommandCheck("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])],
         protected=["tests/**"],
+        prices=PriceTable().with_prices({MODEL: Price(2.0, 8.0)}),
+        budget=Budget({"tokens_in": 100_000, "tokens_out": 100_000}),
     )
     chat.script(
         completion(call("read_file", {"path": "calc.py"}, "read")),
@@ -539,4 +542,12 @@ async def test_a_model_fixes_a_project_end_to_end(chat: ChatServer, tmp_path: Pa
     assert read_answer["tool_call_id"] == "read"
     assert "return a - b" in read_answer["content"]
     assert requests[2].body["messages"][-1]["tool_call_id"] == "edit"
-    assert actor.take_usage() == Usage(30, 15, MODEL)
+    # Each turn's usage was settled with the accountant; nothing is left untaken.
+    assert actor.take_usage() is None
+    async with open_journal(tmp_path / "j.db") as j:
+        spent = await j.spend_totals(result.task_id)
+        reserved = await j.spend_totals(result.task_id, kinds=("reserve",))
+    assert spent["tokens_in"] == 30
+    assert spent["tokens_out"] == 15
+    # Every model call was reserved before it was made.
+    assert reserved["tokens_out"] >= 3 * actor.max_tokens

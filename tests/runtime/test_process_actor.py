@@ -8,12 +8,12 @@ import anyio
 import pytest
 
 from proctor import CommandCheck, Completion, Disposition, Task, ToolCall, run
-from proctor._errors import ConfigError
+from proctor._errors import ActorError, ConfigError
+from proctor.budgets import Price, PriceTable
 from proctor.budgets._usage import Usage
-from proctor.runtime import Observation, ObservationKind, ToolResult, ToolStatus
+from proctor.runtime import Observation, ObservationKind, ToolResult, ToolStatus, open_journal
 from proctor.runtime._process import group_alive
 from proctor.runtime._process_actor import (
-    ActorError,
     ProcessActor,
     observation_message,
     parse_agent_line,
@@ -256,6 +256,7 @@ async def test_a_process_agent_fixes_a_project_end_to_end(tmp_path: Path) -> Non
         workspace=root,
         checks=[CommandCheck("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])],
         protected=["tests/**"],
+        prices=PriceTable().with_prices({"local-model": Price(1.0, 2.0)}),
     )
     async with _agent("good") as actor:
         with anyio.fail_after(60):
@@ -266,4 +267,27 @@ async def test_a_process_agent_fixes_a_project_end_to_end(tmp_path: Path) -> Non
         assert actor.returncode == 0
         assert actor.pid is not None
         assert not group_alive(actor.pid)
-        assert actor.take_usage() == Usage(300, 30, "local-model")
+        # What the agent reported was settled by the accountant and journaled.
+        assert actor.take_usage() is None
+    async with open_journal(tmp_path / "j.db") as j:
+        spent = await j.spend_totals(result.task_id)
+    assert spent["tokens_in"] == 300
+    assert spent["tokens_out"] == 30
+    assert spent["cost_usd"] == pytest.approx((300 * 1.0 + 30 * 2.0) / 1e6)
+
+
+async def test_a_crashing_agent_fails_the_run_with_its_reason(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    task = Task(
+        goal="make the tests pass",
+        workspace=root,
+        checks=[CommandCheck("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])],
+    )
+    async with _agent("crash") as actor:
+        with anyio.fail_after(60):
+            result = await run(task, actor, tmp_path / "j.db")
+    assert result.disposition is Disposition.FAILED
+    assert result.stop_reason is not None
+    assert result.stop_reason.code == "actor_crashed"
+    assert "exited with code 3" in result.stop_reason.message
+    assert "boom" in result.stop_reason.message

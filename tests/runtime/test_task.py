@@ -196,7 +196,7 @@ def test_unknown_top_level_table_names_its_line(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, '[extras]')}: extras: unknown key; "
-        "accepted: task, checks, contract, budget, policy, actor"
+        "accepted: task, checks, contract, budget, policy, actor, prices"
     )
 
 
@@ -502,7 +502,7 @@ def test_unknown_actor_kind_names_its_own_line(home: Path) -> None:
     text = TASK.replace('kind = "scripted"', 'kind = "llm"')
     path, message = config_error(home, text)
     line = line_of(text, 'kind = "llm"')
-    assert message == f"{path}:{line}: actor.kind: unknown actor kind 'llm'; accepted: scripted"
+    assert message == f"{path}:{line}: actor.kind: unknown actor kind 'llm'; accepted: scripted, openai, process"
 
 
 def test_missing_script(home: Path) -> None:

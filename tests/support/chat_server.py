@@ -250,7 +250,7 @@ def running_chat_server() -> Iterator[ChatServer]:
     server = _Server(("127.0.0.1", 0), _Handler)
     state = ChatServer(url=f"http://127.0.0.1:{server.server_address[1]}/v1")
     server.chat = state
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
     thread.start()
     try:
         yield state

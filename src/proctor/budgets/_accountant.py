@@ -359,7 +359,6 @@ class _Timekeeper:
     # since the last charge, before the current stretch, is in ``working_banked``.
     working_from: float | None = attrs.field(init=False)
     working_banked: float = 0.0
-    pause_reason: str | None = None
 
     def __attrs_post_init__(self) -> None:
         self.mark = self.working_from = self.clock()
@@ -392,7 +391,7 @@ class _Timekeeper:
         Return the time to charge since the last charge, and start a new stretch.
 
         Wall time is always charged; working time and child CPU only while the
-        budget limits them (measuring costs a system call each).
+        budget limits them.
         """
         now = self.clock()
         out = {"wall_seconds": now - self.mark}
@@ -409,16 +408,14 @@ class _Timekeeper:
         self.mark = now
         return out
 
-    def pause(self, reason: str) -> None:
+    def pause(self) -> None:
         if self.working_from is not None:
             self.working_banked += self.clock() - self.working_from
             self.working_from = None
-        self.pause_reason = reason
 
     def resume(self) -> None:
         if self.working_from is None:
             self.working_from = self.clock()
-        self.pause_reason = None
 
 
 @attrs.define(eq=False)
@@ -502,7 +499,7 @@ class _Accountant:
             elif isinstance(request, Release):
                 self._release(request)
             elif isinstance(request, Pause):
-                self.time.pause(request.reason)
+                self.time.pause()
                 log.info("budget.paused", reason=request.reason)
                 self.reschedule()
             elif isinstance(request, Resume):
@@ -515,8 +512,10 @@ class _Accountant:
                 await self._close_lease(request)
             elif isinstance(request, RetuneLimit):
                 await self._retune(request)
-            else:
+            elif isinstance(request, Inspect):
                 await self._inspect(request)
+            else:  # pragma: no cover - not a request
+                log.warning("budget.unknown_request", request=repr(request))
 
     async def _reject(self, ref: int, reason: str) -> None:
         log.warning("budget.rejected", ref=ref, reason=reason)
@@ -539,19 +538,26 @@ class _Accountant:
 
     async def _settle(self, request: Settle) -> None:
         elapsed = self.time.charge()
+        reservation = request.reservation
         try:
-            target = self.ledger.for_lease(request.lease, closed=True)
-        except BudgetError as exc:
-            # Spend is spent: an unknown lease's spend is charged to the task.
-            log.warning("budget.unknown_lease", lease=request.lease, reason=str(exc))
-            target = self.ledger
+            target = self.ledger.for_lease(request.lease)
+        except BudgetError:
+            # A closed lease released what it held: its spend is late usage, charged
+            # where the lease's spend went. Spend is spent: an unknown lease's goes
+            # to the task.
+            reservation = None
+            try:
+                target = self.ledger.for_lease(request.lease, closed=True)
+            except BudgetError as exc:
+                log.warning("budget.unknown_lease", lease=request.lease, reason=str(exc))
+                target = self.ledger
         actual = {**request.actual}
         if target is self.ledger:
             for key, value in elapsed.items():
                 actual[key] = actual.get(key, 0.0) + value
-            target.settle(request.reservation, actual)
+            target.settle(reservation, actual)
         else:
-            target.settle(request.reservation, request.actual)
+            target.settle(reservation, request.actual)
             self.ledger.settle(None, elapsed)
             for key, value in elapsed.items():
                 actual[key] = actual.get(key, 0.0) + value

@@ -9,12 +9,14 @@ from proctor.runtime._journal import Journal as Journal
 from proctor.runtime._journal import open_journal as open_journal
 from proctor.runtime._judge import Judge as Judge
 from proctor.runtime._judge import TaskFacts as TaskFacts
+from proctor.runtime._openai import OpenAIActor as OpenAIActor
 from proctor.runtime._operator import Amendment as Amendment
 from proctor.runtime._operator import amend as amend
 from proctor.runtime._outcome import Candidate as Candidate
 from proctor.runtime._outcome import Handoff as Handoff
 from proctor.runtime._outcome import RunResult as RunResult
 from proctor.runtime._policy import Policy as Policy
+from proctor.runtime._process_actor import ProcessActor as ProcessActor
 from proctor.runtime._records import Claim as Claim
 from proctor.runtime._records import Completion as Completion
 from proctor.runtime._records import Decision as Decision
@@ -59,7 +61,9 @@ __all__ = (
     "MessageKind",
     "Observation",
     "ObservationKind",
+    "OpenAIActor",
     "Policy",
+    "ProcessActor",
     "Proposal",
     "Round",
     "RunResult",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import attrs
@@ -21,12 +21,14 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from proctor._errors import ConfigError
 from proctor._wire import converter
+from proctor.budgets._usage import Usage
 from proctor.runtime._records import Observation, Proposal
 
 __all__ = (
     "Actor",
     "ActorCrashed",
     "ActorFinished",
+    "ActorSpend",
     "FunctionActor",
     "ScriptedActor",
     "load_script",
@@ -48,6 +50,14 @@ class Actor(Protocol):
 @attrs.frozen
 class ActorFinished:
     """The actor has nothing more to propose."""
+
+
+@attrs.frozen
+class ActorSpend:
+    """What the actor's last turn used: model usage and infrastructure retries."""
+
+    usage: Usage | None = None
+    retries: int = 0
 
 
 @attrs.frozen
@@ -144,25 +154,45 @@ def load_script(path: str | Path, lines: Iterable[str] | None = None) -> list[Pr
 async def run_actor(
     actor: Actor,
     observations: ObjectReceiveStream[Observation],
-    proposals: ObjectSendStream[Proposal | ActorFinished | ActorCrashed],
+    proposals: ObjectSendStream[Proposal | ActorFinished | ActorCrashed | ActorSpend],
 ) -> None:
     """
     The actor task: answer every observation with one proposal.
 
-    Exceptions from the actor are reported to the controller, never raised into
-    the run's task group: the controller decides what a crash means.
+    What a turn used (tokens, retries), when the actor reports it, goes to the
+    controller before the proposal, so the accountant settles it. Exceptions
+    from the actor are reported to the controller, never raised into the run's
+    task group: the controller decides what a crash means. An actor with an
+    ``aclose`` method is closed when its task ends.
     """
-    async with observations, proposals:
-        async for observation in observations:
-            try:
-                proposal = await actor.propose(observation)
-            except anyio.get_cancelled_exc_class():
-                raise
-            except Exception as exc:
-                log.warning("actor.crashed", error=repr(exc))
-                await proposals.send(ActorCrashed(f"{type(exc).__name__}: {exc}"))
-                return
-            if proposal is None:
-                await proposals.send(ActorFinished())
-                return
-            await proposals.send(proposal)
+    try:
+        async with observations, proposals:
+            async for observation in observations:
+                try:
+                    proposal = await actor.propose(observation)
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except Exception as exc:
+                    log.warning("actor.crashed", error=repr(exc))
+                    await _report_spend(actor, proposals)
+                    await proposals.send(ActorCrashed(f"{type(exc).__name__}: {exc}"))
+                    return
+                await _report_spend(actor, proposals)
+                if proposal is None:
+                    await proposals.send(ActorFinished())
+                    return
+                await proposals.send(proposal)
+    finally:
+        close = getattr(actor, "aclose", None)
+        if close is not None:
+            with anyio.move_on_after(10, shield=True):
+                await close()
+
+
+async def _report_spend(actor: Actor, proposals: ObjectSendStream[Any]) -> None:
+    take_usage = getattr(actor, "take_usage", None)
+    take_retries = getattr(actor, "take_retries", None)
+    usage = take_usage() if take_usage is not None else None
+    retries = take_retries() if take_retries is not None else 0
+    if usage is not None or retries:
+        await proposals.send(ActorSpend(usage, retries))

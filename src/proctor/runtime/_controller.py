@@ -34,7 +34,7 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from proctor._errors import EffectError, FencedError, WorkspaceError
+from proctor._errors import BudgetError, EffectError, FencedError, WorkspaceError
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -49,7 +49,8 @@ from proctor.budgets._accountant import (
     run_accountant,
 )
 from proctor.budgets._budget import Exhaustion, Ledger
-from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, run_actor
+from proctor.budgets._usage import Usage
+from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, ActorSpend, run_actor
 from proctor.runtime._effects import (
     EffectLedger,
     EffectState,
@@ -63,7 +64,7 @@ from proctor.runtime._effects import (
     verdict_state,
 )
 from proctor.runtime._history import load_effects, load_history
-from proctor.runtime._journal import Journal, open_journal
+from proctor.runtime._journal import JournalLike, open_journal
 from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
 from proctor.runtime._normalize import canonical_json, fingerprint
 from proctor.runtime._operator import apply_amendment
@@ -100,7 +101,7 @@ __all__ = ("Controller", "StepCallback", "run")
 log = structlog.get_logger()
 
 StepCallback = Callable[[TraceRecord], None]
-Inbound = Proposal | ActorFinished | ActorCrashed | VerifyResult | AccountantReply
+Inbound = Proposal | ActorFinished | ActorCrashed | ActorSpend | VerifyResult | AccountantReply
 
 #: How many proposals an actor may still send after the run ended; each is refused.
 AFTER_END_LIMIT = 16
@@ -147,7 +148,7 @@ class Controller:
     run_id: str
     task_id: str
     epoch: int
-    journal: Journal
+    journal: JournalLike
     judge: Judge
     registry: ToolRegistry
     context: ToolContext
@@ -167,6 +168,9 @@ class Controller:
     _deadline: Deadline | None = None
     _sequence: int = 0
     final_digest: str = ""
+    estimate: Callable[[Observation], Usage] | None = None
+    _model_grant: int | None = None
+    _short: Exhaustion | None = None
     effects: EffectLedger = attrs.field(factory=EffectLedger)
     step_base: int = 0
     baseline: dict[str, str] = attrs.field(factory=dict)
@@ -271,6 +275,20 @@ class Controller:
         text: str,
         results: Sequence[ToolResult] = (),
     ) -> None:
+        if self.estimate is not None and self.judge.disposition is None:
+            # Reserve the actor's next model call before asking for it.
+            probe = Observation(step=self.step, kind=kind, text=text, results=tuple(results))
+            amounts = self.estimate(probe).amounts(self.task.prices)
+            if self._model_grant is not None:
+                # The last turn reported no use of what was held for it.
+                await self._release(self._model_grant)
+                self._model_grant = None
+            if any(amounts.values()):
+                grant = await self._reserve(dict(amounts))
+                if isinstance(grant, Exhaustion):
+                    self._short = grant
+                    return
+                self._model_grant = grant
         if self._note:
             text, self._note = f"{self._note}\n{text}", ""
         observation = Observation(
@@ -305,6 +323,11 @@ class Controller:
             if self._deadline is not None:
                 await self._on_deadline(self._deadline)
                 continue
+            if self._short is not None:
+                # The actor's next model call does not fit: it was never told to make it.
+                short, self._short = self._short, None
+                await self._exhausted(short)
+                continue
             message = await self._receive()
             if isinstance(message, Deadline):
                 self._deadline = message
@@ -320,10 +343,26 @@ class Controller:
                 self._actor_done = True
                 ruling = self.judge.fail("actor_crashed", f"the actor crashed: {message.error}")
                 await self._record("ended", ruling, event=None)
+            elif isinstance(message, ActorSpend):
+                await self._actor_spend(message)
             elif isinstance(message, ToolCall | Round | Message | Completion | Claim):
                 await self._proposal(message)
             # Stray replies (none are expected) are dropped.
         await self._end()
+
+    async def _actor_spend(self, spend: ActorSpend) -> None:
+        """Settle what the actor's last turn used against what was reserved for it."""
+        amounts: dict[str, float] = {}
+        if spend.usage is not None:
+            try:
+                amounts.update(spend.usage.amounts(self.task.prices))
+            except BudgetError as exc:
+                await self._record("ended", self.judge.fail("unknown_price", str(exc)))
+                return
+        if spend.retries:
+            amounts["retries"] = float(spend.retries)
+        grant, self._model_grant = self._model_grant, None
+        await self._settle(grant, amounts)
 
     async def _amendments(self) -> None:
         """Apply the operator's journaled amendments of the contract, in order."""
@@ -916,7 +955,7 @@ async def run(
 async def start_run(
     task: Task,
     actor: Actor,
-    journal: Journal,
+    journal: JournalLike,
     *,
     tools: ToolRegistry | None = None,
     on_step: StepCallback | None = None,
@@ -946,7 +985,7 @@ async def start_run(
 async def _run(
     task: Task,
     actor: Actor,
-    journal: Journal,
+    journal: JournalLike,
     registry: ToolRegistry,
     on_step: StepCallback | None,
     run_id: str,
@@ -968,8 +1007,12 @@ async def _run(
     spent = await journal.spend_totals(task_id)
     ledger = Ledger(task.budget, dict(spent))
 
-    async def record_spend(amounts: Any, kind: str) -> None:
-        await journal.add_spend(task_id, run_id, amounts, kind)
+    async def record_spend(amounts: Mapping[str, float], kind: str, note: str = "") -> None:
+        if kind == "retune":
+            # A retuned limit is a journaled event with who and why, not spend.
+            await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
+        else:
+            await journal.add_spend(task_id, run_id, amounts, kind, note)
 
     async def group_started(pgid: int, command: str) -> None:
         await journal.record_process(run_id, pgid, command)
@@ -1025,11 +1068,16 @@ async def _run(
         to_accountant=acc_tx,
         actor_scope=actor_scope,
         on_step=on_step,
+        estimate=getattr(actor, "estimate", None),
         baseline=baseline,
         effects=effects,
         step_base=step_base,
     )
     controller.remaining = ledger.remaining()
+
+    if controller.estimate is not None:
+        # A model with no known or declared price fails here, before anything runs.
+        controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
 
     async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
         with actor_scope:

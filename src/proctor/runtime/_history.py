@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from proctor.runtime._effects import EffectLedger, EffectRecord, EffectState, Target
-from proctor.runtime._journal import Journal
+from proctor.runtime._journal import JournalLike
 from proctor.runtime._judge import Judge
 from proctor.runtime._records import ToolCall, ToolResult
 from proctor.runtime._trajectory import Candidates, Event, drive
@@ -76,7 +76,7 @@ def _replay_run(judge: Judge, records: Sequence[Mapping[str, Any]]) -> None:
     judge.reopen()
 
 
-async def load_effects(journal: Journal, task_id: str) -> EffectLedger:
+async def load_effects(journal: JournalLike, task_id: str) -> EffectLedger:
     """
     Rebuild the effect ledger of a task from the journal: every effect of every
     run, with the arguments and digests journaled before it was dispatched.
@@ -104,7 +104,7 @@ async def load_effects(journal: Journal, task_id: str) -> EffectLedger:
     return EffectLedger.from_records(records)
 
 
-async def load_history(journal: Journal, task_id: str, run_id: str, judge: Judge) -> History:
+async def load_history(journal: JournalLike, task_id: str, run_id: str, judge: Judge) -> History:
     """
     Feed the task's earlier runs to ``judge`` and describe them for the actor.
 

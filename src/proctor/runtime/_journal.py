@@ -1119,13 +1119,13 @@ class Journal:
             try:
                 await db.execute(_Sql.submit_run, params)
             except sqlite3.IntegrityError as exc:
-                code = getattr(exc, "sqlite_errorcode", None)
-                if code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-                    why = f"run {run_id!r} already exists"
-                elif code == sqlite3.SQLITE_CONSTRAINT_UNIQUE:
-                    why = f"task {task_id!r} already has a queued run"
-                else:
+                if not _is_duplicate(exc):
                     why = f"task {task_id!r} is not in the journal"
+                elif await db.execute_fetchall(_Sql.run_fence, (run_id,)):
+                    why = f"run {run_id!r} already exists"
+                else:
+                    # (task_id, epoch 0) is taken.
+                    why = f"task {task_id!r} already has a queued run"
                 raise JournalError(f"journal {self._path}: could not {what}: {why}") from exc
 
     async def claim_run(self, worker: str, lease_seconds: float) -> Claimed | None:

@@ -55,9 +55,8 @@ import attrs
 import httpx
 import structlog
 
-from proctor._errors import ConfigError
+from proctor._errors import ActorError, ConfigError
 from proctor.budgets._usage import Usage
-from proctor.runtime._process_actor import ActorError
 from proctor.runtime._records import (
     Claim,
     Completion,
@@ -549,7 +548,9 @@ class OpenAIActor:
             return Usage(0, 0, self.model)
         chars = len(json.dumps(self._messages, ensure_ascii=False))
         chars += len(json.dumps(self._tool_list(), ensure_ascii=False))
-        chars += len(self.system or "") + len(observation.text) + sum(map(len, self._user))
+        if not self._messages:
+            chars += len(self.system or "")
+        chars += len(observation.text) + sum(map(len, self._user))
         chars += sum(len(tool_result_text(r)) for r in observation.results)
         return Usage(math.ceil(chars / _CHARS_PER_TOKEN), self.max_tokens, self.model)
 

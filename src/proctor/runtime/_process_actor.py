@@ -44,7 +44,7 @@ import structlog
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from proctor._errors import ConfigError, ProctorError
+from proctor._errors import ActorError, ConfigError
 from proctor._wire import converter
 from proctor.budgets._usage import Usage
 from proctor.runtime._process import ProcessGroups
@@ -73,14 +73,6 @@ _PROPOSAL_HINT = (
     'a proposal is one JSON object on one line with "type": "action" | "round" | '
     '"message" | "complete" | "claim" (or a "usage" line before it)'
 )
-
-
-class ActorError(ProctorError):
-    """
-    An actor could not produce a proposal: its process failed or its model server did.
-
-    The runtime turns it into a journaled ``failed`` disposition (``actor_crashed``).
-    """
 
 
 @attrs.define(eq=False)

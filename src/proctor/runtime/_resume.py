@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -25,6 +27,7 @@ async def resume(
     task: Task | None = None,
     tools: ToolRegistry | None = None,
     on_step: StepCallback | None = None,
+    actor_spec: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """
     Start a new run of the task of run ``run_id``, inheriting its history.
@@ -44,6 +47,7 @@ async def resume(
             judges); by default it is rebuilt from the journal.
         tools: the tools on offer.
         on_step: called with each trace record.
+        actor_spec: how to make the actor again, journaled for the next resume.
 
     Raises:
         RunNotFoundError: no such run.
@@ -56,5 +60,11 @@ async def resume(
             task = Task.from_description(stored["spec"], task_id=parent.task_id)
         task = attrs.evolve(task, task_id=parent.task_id, policy=Policy.from_mapping(parent.policy))
         return await start_run(
-            task, actor, j, tools=tools, on_step=on_step, parent_run_id=parent.run_id
+            task,
+            actor,
+            j,
+            tools=tools,
+            on_step=on_step,
+            parent_run_id=parent.run_id,
+            actor_spec=actor_spec,
         )

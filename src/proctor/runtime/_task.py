@@ -18,6 +18,7 @@ import attrs
 
 from proctor._errors import ConfigError
 from proctor.budgets._budget import Budget
+from proctor.budgets._prices import PriceTable
 from proctor.runtime._judge import TaskFacts
 from proctor.runtime._normalize import normalize_path
 from proctor.runtime._policy import Policy
@@ -93,6 +94,8 @@ class Task:
             of the same task id inherits them.
         template: a directory the workspace is laid afresh from when a run starts
             (see :func:`prepare_workspace`); None uses the workspace as it is.
+        prices: model prices for the cost of model calls (the built-in table,
+            extended by a task file's ``[prices]``).
     """
 
     goal: str
@@ -108,6 +111,7 @@ class Task:
     command_time_limit: float = 120.0
     task_id: str | None = None
     template: Path | None = None
+    prices: PriceTable = attrs.field(factory=PriceTable)
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.checks]
@@ -233,10 +237,50 @@ class ActorSpec:
     Which actor a task file asks for.
 
     Args:
-        kind: ``scripted`` (proposals from a JSON Lines file).
+        kind: ``scripted`` (proposals from a JSON Lines file), ``openai`` (an
+            OpenAI-compatible chat model with tools) or ``process`` (an agent
+            process speaking JSON lines). See ``docs/hosting-agents.md``.
         script: for ``scripted``, the script's path.
         options: the rest of the ``[actor]`` table.
     """
+
+    def describe(self) -> dict[str, Any]:
+        """The spec as plain data, journaled so that a resume can make the actor again."""
+        data = {"kind": self.kind, **self.options}
+        if self.script is not None:
+            data["script"] = str(self.script)
+        return data
+
+    @classmethod
+    def from_description(cls, data: Mapping[str, Any]) -> ActorSpec:
+        """Rebuild a spec from :meth:`describe`'s data."""
+        options = {k: v for k, v in data.items() if k not in ("kind", "script")}
+        script = data.get("script")
+        return cls(str(data["kind"]), None if script is None else Path(script), options)
+
+    def make(self) -> Any:
+        """
+        Make the actor.
+
+        Raises:
+            ConfigError: the options do not make an actor.
+        """
+        if self.kind == "scripted":
+            from proctor.runtime._actor import ScriptedActor
+
+            if self.script is None:
+                raise ConfigError("a scripted actor needs a script")
+            return ScriptedActor.from_file(self.script)
+        if self.kind == "openai":
+            from proctor.runtime._openai import OpenAIActor
+            from proctor.runtime._tools import ToolRegistry
+
+            return OpenAIActor.from_options(self.options, ToolRegistry.builtin().specs(), "actor")
+        if self.kind == "process":
+            from proctor.runtime._process_actor import ProcessActor
+
+            return ProcessActor.from_options(self.options, "actor")
+        raise ConfigError(f"unknown actor kind {self.kind!r}; accepted: {', '.join(ACTOR_KINDS)}")
 
     kind: str
     script: Path | None = None
@@ -252,7 +296,7 @@ class TaskFile:
     actor: ActorSpec
 
 
-_TOP = ("task", "checks", "contract", "budget", "policy", "actor")
+_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices")
 _TASK = ("goal", "workspace", "kind", "id", "command_time_limit", "ignore", "template")
 _CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit", "files", "pattern")
 _CONTRACT = ("protected", "scope", "required_files")
@@ -328,7 +372,7 @@ def _named(message: str, table: str) -> str:
 
 
 def _message(message: str) -> str:
-    return re.sub(r"^(budget|policy)(\.[\w:.-]*[\w-])?:?\s*", "", message)
+    return re.sub(r"^(budget|policy|prices|actor)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message)
 
 
 def _table(where: _Where, data: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -351,6 +395,43 @@ def _str_list(where: _Where, value: Any, field: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise where.error(field, f"must be a list of strings, got {value!r}")
     return value
+
+
+ACTOR_KINDS = ("scripted", "openai", "process")
+
+
+def _actor_spec(where: _Where, table: Mapping[str, Any], base: Path) -> ActorSpec:
+    """Check an ``[actor]`` table now, so a bad one fails before anything runs."""
+    kind = table.get("kind", "scripted")
+    options = {k: v for k, v in table.items() if k != "kind"}
+    if kind == "scripted":
+        script = options.pop("script", None)
+        if not isinstance(script, str):
+            raise where.error("actor.script", 'a scripted actor needs script = "FILE.jsonl"')
+        script_path = (base / script).resolve()
+        if not script_path.is_file():
+            raise where.error("actor.script", f"{script_path} does not exist")
+        return ActorSpec(kind, script_path, options)
+    try:
+        if kind == "openai":
+            from proctor.runtime._openai import OpenAIActor
+            from proctor.runtime._tools import ToolRegistry
+
+            OpenAIActor.from_options(options, ToolRegistry.builtin().specs(), where="actor")
+        elif kind == "process":
+            from proctor.runtime._process_actor import ProcessActor
+
+            process = ProcessActor.from_options(options, where="actor", base=base)
+            options["cwd"] = str(process.cwd) if process.cwd is not None else str(base)
+        else:
+            raise where.error(
+                "actor.kind", f"unknown actor kind {kind!r}; accepted: {', '.join(ACTOR_KINDS)}"
+            )
+    except ConfigError as exc:
+        if str(exc).startswith(str(where.path)):
+            raise
+        raise where.error(_named(str(exc), "actor"), _message(str(exc))) from None
+    return ActorSpec(kind, None, options)
 
 
 def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
@@ -469,21 +550,12 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     except ConfigError as exc:
         raise where.error(_named(str(exc), "policy"), _message(str(exc))) from None
 
-    actor_table = _table(where, data, "actor")
-    actor_kind = actor_table.get("kind", "scripted")
-    if actor_kind != "scripted":
-        raise where.error("actor.kind", f"unknown actor kind {actor_kind!r}; accepted: scripted")
-    script = actor_table.get("script")
-    if not isinstance(script, str):
-        raise where.error("actor.script", 'a scripted actor needs script = "FILE.jsonl"')
-    script_path = (base / script).resolve()
-    if not script_path.is_file():
-        raise where.error("actor.script", f"{script_path} does not exist")
-    actor = ActorSpec(
-        actor_kind,
-        script_path,
-        {k: v for k, v in actor_table.items() if k not in ("kind", "script")},
-    )
+    try:
+        prices = PriceTable.from_mapping(_table(where, data, "prices"), "prices")
+    except ConfigError as exc:
+        raise where.error(_named(str(exc), "prices"), _message(str(exc))) from None
+
+    actor = _actor_spec(where, _table(where, data, "actor"), base)
     try:
         built = Task(
             goal=goal,
@@ -499,6 +571,7 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             command_time_limit=float(time_limit),
             task_id=task_id,
             template=template_path,
+            prices=prices,
         )
     except ConfigError as exc:
         raise where.error("checks", str(exc)) from None

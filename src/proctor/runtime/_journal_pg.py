@@ -1,0 +1,1309 @@
+"""
+The PostgreSQL journal: the SQLite journal's interface, for many hosts on one database.
+
+:class:`PgJournal` has the same methods, arguments, results, errors and fences as
+:class:`~proctor.runtime._journal.Journal`; both satisfy
+:class:`~proctor.runtime._journal.JournalLike`, and
+:func:`~proctor.runtime._journal.open_journal` picks this one for a
+``postgresql://`` URL. It talks to the server through an asyncpg pool (asyncpg is
+asyncio-only, like aiosqlite). Each public method is one transaction, most of them
+one statement.
+
+How it keeps the SQLite journal's semantics:
+
+- JSON columns are ``text``: what comes back is exactly what went in (key order,
+  number spelling), and a NUL inside a JSON string is escaped. Times are
+  ``double precision`` seconds since the epoch. Identifier columns use the ``"C"``
+  collation, so runs sort (and prefixes match) by code point, as in SQLite.
+- A fenced write checks the run's epoch (and status) in the same statement and
+  locks the run's row ``FOR SHARE`` while doing so: a concurrent claim, which
+  updates that row, either commits first (and the write sees the new epoch and
+  writes nothing) or waits for the write to commit.
+- Claims pick a run with ``FOR UPDATE SKIP LOCKED``, so concurrent workers never
+  claim the same run and never wait for each other. Lease times are read from the
+  server's clock (``now()``), the one clock every host shares.
+- Effect dispatches, run ends and claims are never committed with
+  ``synchronous_commit`` off, whatever the session's setting.
+- The schema version is kept in the table ``proctor_schema``; migrations run in
+  one transaction under an advisory lock, and every statement is idempotent.
+
+One limit of PostgreSQL shows through: a ``text`` column cannot hold the character
+U+0000. A plain text field that contains it (a step's ``reason``, a goal, ...)
+is refused with :class:`~proctor.JournalError`; JSON fields are unaffected.
+
+asyncpg errors never leave this module: they become
+:class:`~proctor.JournalError` naming the journal's URL (without its password),
+chained to the original.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import anyio
+import asyncpg
+import attrs
+import structlog
+
+from proctor._errors import (
+    ConfigError,
+    EffectError,
+    FencedError,
+    JournalError,
+    ProctorError,
+    RunNotFoundError,
+    SchemaError,
+)
+from proctor.runtime._journal import (
+    _DISPOSITIONS,
+    _EFFECT_COLUMNS,
+    _MIN_PREFIX,
+    _RUN_COLUMNS,
+    _RUNNING,
+    _STEP_COLUMNS,
+    _SYNCHRONOUS,
+    SCHEMA_VERSION,
+    SPEND_KINDS,
+    Claimed,
+    EffectRow,
+    ProcessRow,
+    RunRow,
+    Synchronous,
+    _check_lease,
+    _check_worker,
+    _dump,
+    _dump_opt,
+    _fenced_error,
+    _field,
+    _load,
+    _load_opt,
+    _run_row,
+    _settle_fence,
+    _step_params,
+    _step_record,
+)
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+    _Conn = PoolConnectionProxy[asyncpg.Record]
+    _Pool = asyncpg.Pool[asyncpg.Record]
+
+__all__ = ("DEFAULT_POOL_SIZE", "PgJournal")
+
+log = structlog.get_logger()
+
+#: The most connections one :class:`PgJournal` opens at once, unless told otherwise.
+DEFAULT_POOL_SIZE = 10
+
+#: The longest a close waits for the operations in flight to finish.
+_CLOSE_LIMIT = 30.0
+
+#: How often a write that computes a task's next epoch is retried when a
+#: concurrent one took that epoch first.
+_EPOCH_RETRIES = 20
+
+#: The key of the advisory lock that serializes migrations (``proctor`` in ASCII).
+_MIGRATION_LOCK = 0x70726F63746F72
+
+# --------------------------------------------------------------------------------------
+# SQL: the schema and every statement. Nothing outside this section spells SQL.
+# --------------------------------------------------------------------------------------
+
+#: Migration N (1-based) brings a journal from version N-1 to N; every statement
+#: is idempotent, so running one again changes nothing.
+_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS tasks (
+        task_id          text COLLATE "C" PRIMARY KEY,
+        goal             text NOT NULL,
+        spec             text NOT NULL,
+        contract_version text NOT NULL,
+        created_at       double precision NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS runs (
+        seq              bigint GENERATED ALWAYS AS IDENTITY,
+        run_id           text COLLATE "C" PRIMARY KEY,
+        task_id          text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
+        parent_run_id    text COLLATE "C" REFERENCES runs (run_id),
+        epoch            bigint NOT NULL,
+        status           text NOT NULL,
+        disposition      text,
+        stop_reason      text,
+        policy           text NOT NULL,
+        policy_version   text NOT NULL,
+        host             text NOT NULL,
+        started_at       double precision NOT NULL,
+        ended_at         double precision,
+        candidate_digest text,
+        handoff          text,
+        CONSTRAINT runs_task_epoch UNIQUE (task_id, epoch)
+    );
+    CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_at, seq);
+    CREATE TABLE IF NOT EXISTS steps (
+        run_id             text COLLATE "C" NOT NULL REFERENCES runs (run_id),
+        step               bigint NOT NULL,
+        trace_id           text NOT NULL,
+        kind               text NOT NULL,
+        action             text,
+        tool_status        text,
+        result_fingerprint text,
+        state_version      bigint NOT NULL,
+        state_delta        text NOT NULL,
+        remaining          text NOT NULL,
+        decision           text NOT NULL,
+        progress           boolean NOT NULL,
+        reason             text NOT NULL,
+        stop_reason        text,
+        disposition        text,
+        policy_version     text NOT NULL,
+        at                 double precision NOT NULL,
+        event              text,
+        extra              text,
+        PRIMARY KEY (run_id, step)
+    );
+    CREATE TABLE IF NOT EXISTS effects (
+        seq        bigint GENERATED ALWAYS AS IDENTITY,
+        key        text COLLATE "C" PRIMARY KEY,
+        run_id     text COLLATE "C" NOT NULL REFERENCES runs (run_id),
+        task_id    text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
+        step       bigint NOT NULL,
+        tool       text NOT NULL,
+        target     text NOT NULL,
+        args_hash  text NOT NULL,
+        state      text NOT NULL,
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        outcome    text
+    );
+    CREATE INDEX IF NOT EXISTS effects_by_task ON effects (task_id, state);
+    CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
+    CREATE TABLE IF NOT EXISTS evidence (
+        id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_id           text COLLATE "C" NOT NULL REFERENCES runs (run_id),
+        task_id          text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
+        candidate_digest text NOT NULL,
+        contract_version text NOT NULL,
+        check_name       text NOT NULL,
+        passed           boolean NOT NULL,
+        record           text NOT NULL,
+        at               double precision NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS evidence_by_task ON evidence (task_id, candidate_digest);
+    CREATE INDEX IF NOT EXISTS evidence_by_run ON evidence (run_id);
+    CREATE TABLE IF NOT EXISTS spend (
+        id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        task_id   text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
+        run_id    text COLLATE "C" NOT NULL REFERENCES runs (run_id),
+        dimension text COLLATE "C" NOT NULL,
+        amount    double precision NOT NULL,
+        kind      text NOT NULL,
+        note      text NOT NULL,
+        at        double precision NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS spend_by_task ON spend (task_id, kind);
+    CREATE TABLE IF NOT EXISTS processes (
+        seq        bigint GENERATED ALWAYS AS IDENTITY,
+        run_id     text COLLATE "C" NOT NULL REFERENCES runs (run_id),
+        pgid       bigint NOT NULL,
+        command    text NOT NULL,
+        started_at double precision NOT NULL,
+        ended_at   double precision,
+        how        text,
+        PRIMARY KEY (run_id, pgid, started_at)
+    );
+    CREATE TABLE IF NOT EXISTS notes (
+        id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_id text COLLATE "C" NOT NULL REFERENCES runs (run_id),
+        kind   text NOT NULL,
+        body   text NOT NULL,
+        at     double precision NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS notes_by_run ON notes (run_id);
+    """,
+    # Leases: who owns a claimed run, and until when (seconds since the epoch, by
+    # the server's clock).
+    """
+    ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner text;
+    ALTER TABLE runs ADD COLUMN IF NOT EXISTS lease_until double precision;
+    CREATE INDEX IF NOT EXISTS runs_claimable ON runs (started_at, seq)
+    WHERE status IN ('queued', 'running');
+    """,
+)
+
+if len(_MIGRATIONS) != SCHEMA_VERSION:  # pragma: no cover - a guard for whoever adds one
+    raise AssertionError("the PostgreSQL and SQLite journals must have the same schema version")
+
+#: Now, in seconds since the Unix epoch, by the server's clock.
+_NOW = "extract(epoch FROM now())::float8"
+
+#: The fence of a write that belongs to a run, on ($run, $epoch): the run's row is
+#: locked FOR SHARE, so a claim that moves its epoch is ordered with the write.
+_FENCE = """
+    EXISTS (
+        SELECT 1 FROM runs
+        WHERE run_id = {run} AND epoch = {epoch} AND status {status}
+        FOR SHARE
+    )
+"""
+
+
+def _fence(run: str, epoch: str, *, running: bool) -> str:
+    return _FENCE.format(run=run, epoch=epoch, status="= 'running'" if running else "<> 'queued'")
+
+
+_STEP_INSERT = """
+    INSERT INTO steps (
+        run_id, step, trace_id, kind, action, tool_status, result_fingerprint,
+        state_version, state_delta, remaining, decision, progress, reason,
+        stop_reason, disposition, policy_version, at, event, extra
+    )
+"""
+_STEP_VALUES = """
+    $1::text, $2::bigint, $3::text, $4::text, $5::text, $6::text, $7::text,
+    $8::bigint, $9::text, $10::text, $11::text, $12::boolean, $13::text,
+    $14::text, $15::text, $16::text, $17::float8, $18::text, $19::text
+"""
+_STEP_ORDER: tuple[str, ...] = (
+    "run_id",
+    "step",
+    "trace_id",
+    "kind",
+    "action",
+    "tool_status",
+    "result_fingerprint",
+    "state_version",
+    "state_delta",
+    "remaining",
+    "decision",
+    "progress",
+    "reason",
+    "stop_reason",
+    "disposition",
+    "policy_version",
+    "at",
+    "event",
+    "extra",
+)
+
+
+class _Sql:
+    """Every statement the PostgreSQL journal runs, by name."""
+
+    schema_table = """
+        CREATE TABLE IF NOT EXISTS proctor_schema (
+            version     integer NOT NULL,
+            migrated_at timestamptz NOT NULL DEFAULT now()
+        )
+    """
+    # The session's default synchronous_commit decides whether durable commits
+    # must raise it.
+    probe = """
+        SELECT to_regclass('proctor_schema') IS NOT NULL,
+               (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit')
+    """
+    schema_version = "SELECT coalesce(max(version), 0) FROM proctor_schema"
+    record_version = "INSERT INTO proctor_schema (version) VALUES ($1)"
+    migration_lock = "SELECT pg_advisory_xact_lock($1)"
+    tables = """
+        SELECT name FROM unnest($1::text[]) AS name WHERE to_regclass(name) IS NULL
+    """
+    begin = "BEGIN"
+    begin_durable = "BEGIN; SET LOCAL synchronous_commit = on"
+    commit = "COMMIT"
+    rollback = "ROLLBACK"
+
+    put_task = """
+        INSERT INTO tasks (task_id, goal, spec, contract_version, created_at)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (task_id) DO UPDATE
+        SET spec = excluded.spec, contract_version = excluded.contract_version
+    """
+    get_task = """
+        SELECT task_id, goal, spec, contract_version, created_at
+        FROM tasks WHERE task_id = $1
+    """
+
+    # The epoch is computed in the insert itself; two concurrent ones may compute
+    # the same, and the loser is retried (runs_task_epoch).
+    create_run = """
+        INSERT INTO runs (
+            run_id, task_id, parent_run_id, epoch, status, policy, policy_version,
+            host, started_at
+        )
+        SELECT $1::text, $2::text, $3::text, coalesce(max(epoch), 0) + 1,
+               'running', $4::text, $5::text, $6::text, $7::float8
+        FROM runs WHERE task_id = $2::text
+        RETURNING epoch
+    """
+    end_run = """
+        UPDATE runs
+        SET status = $3, disposition = $3, stop_reason = $4, ended_at = $5,
+            candidate_digest = $6, handoff = $7
+        WHERE run_id = $1 AND epoch = $2 AND status = 'running'
+    """
+    run_fence = "SELECT status, epoch FROM runs WHERE run_id = $1"
+    run_fence_locked = "SELECT status, epoch FROM runs WHERE run_id = $1 FOR SHARE"
+    get_run = f"SELECT {_RUN_COLUMNS} WHERE r.run_id = $1"
+    # A range over the primary key ("C" collation: code point order).
+    runs_by_prefix = f"""
+        SELECT {_RUN_COLUMNS}
+        WHERE r.run_id >= $1 AND r.run_id < $2
+        ORDER BY r.run_id LIMIT 2
+    """
+    runs_by_prefix_scan = f"""
+        SELECT {_RUN_COLUMNS}
+        WHERE starts_with(r.run_id, $1)
+        ORDER BY r.run_id LIMIT 2
+    """
+    list_runs = f"SELECT {_RUN_COLUMNS} ORDER BY r.started_at DESC, r.seq DESC LIMIT $1"
+    runs_of_task = f"SELECT {_RUN_COLUMNS} WHERE r.task_id = $1 ORDER BY r.epoch"
+
+    append_step = f"""
+        {_STEP_INSERT}
+        SELECT {_STEP_VALUES}
+        WHERE {_fence("$1::text", "$20::bigint", running=False)}
+    """
+    # Inside a transaction that locked the run's row after checking its epoch.
+    insert_step = f"{_STEP_INSERT} VALUES ({_STEP_VALUES})"
+    steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = $1 ORDER BY step"
+
+    record_dispatch = f"""
+        INSERT INTO effects (
+            key, run_id, task_id, step, tool, target, args_hash, state,
+            created_at, updated_at, outcome
+        )
+        SELECT $3::text, $1::text, $4::text, $5::bigint, $6::text, $7::text, $8::text,
+               'dispatched', $9::float8, $9::float8, NULL
+        WHERE {_fence("$1::text", "$2::bigint", running=True)}
+        ON CONFLICT (key) DO UPDATE
+        SET run_id = excluded.run_id, step = excluded.step, state = 'dispatched',
+            updated_at = excluded.updated_at, outcome = NULL
+        WHERE effects.args_hash = excluded.args_hash
+    """
+    dispatch_check = """
+        SELECT r.status, r.epoch, (SELECT e.args_hash FROM effects AS e WHERE e.key = $2)
+        FROM runs AS r WHERE r.run_id = $1
+    """
+    settle_effect = """
+        UPDATE effects SET state = $2, outcome = $3, updated_at = $4
+        WHERE key = $1
+    """
+    settle_effect_fenced = f"""
+        UPDATE effects SET state = $2, outcome = $3, updated_at = $4
+        WHERE key = $1 AND {_fence("$5::text", "$6::bigint", running=False)}
+    """
+    effect_exists = "SELECT 1 FROM effects WHERE key = $1"
+    effects = f"SELECT {_EFFECT_COLUMNS} FROM effects"
+    effects_order = "ORDER BY created_at, seq"
+    effects_filters: Mapping[str, str] = {
+        "task_id": "task_id = {}",
+        "run_id": "run_id = {}",
+        "states": "state = ANY({}::text[])",
+    }
+
+    add_evidence = """
+        INSERT INTO evidence (
+            run_id, task_id, candidate_digest, contract_version, check_name, passed,
+            record, at
+        )
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    """
+    evidence = "SELECT record FROM evidence"
+    evidence_order = "ORDER BY id"
+    evidence_filters: Mapping[str, str] = {
+        "task_id": "task_id = {}",
+        "run_id": "run_id = {}",
+    }
+
+    # One row per dimension, in one statement, in the order given.
+    add_spend = """
+        INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
+        SELECT $1, $2, u.dimension, u.amount, $5, $6, $7
+        FROM unnest($3::text[], $4::float8[]) WITH ORDINALITY AS u (dimension, amount, n)
+        ORDER BY u.n
+    """
+    spend_totals = """
+        SELECT dimension, sum(amount) FROM spend
+        WHERE task_id = $1 AND kind = ANY($2::text[])
+        GROUP BY dimension ORDER BY dimension
+    """
+
+    record_process = """
+        INSERT INTO processes (run_id, pgid, command, started_at) VALUES ($1, $2, $3, $4)
+    """
+    end_process = """
+        UPDATE processes SET ended_at = $4, how = $3
+        WHERE seq = (
+            SELECT seq FROM processes
+            WHERE run_id = $1 AND pgid = $2 AND ended_at IS NULL
+            ORDER BY started_at DESC LIMIT 1
+        )
+    """
+    processes = """
+        SELECT run_id, pgid, command, started_at, ended_at, how
+        FROM processes WHERE run_id = $1 ORDER BY started_at, pgid
+    """
+
+    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES ($1, $2, $3, $4)"
+    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = $1 ORDER BY id"
+
+    # -- leases ---------------------------------------------------------------------
+
+    submit_run = """
+        INSERT INTO runs (
+            run_id, task_id, epoch, status, policy, policy_version, host, started_at
+        )
+        VALUES ($1, $2, 0, 'queued', $3, $4, '', $5)
+    """
+    # One statement: pick the oldest claimable run, skipping the rows other
+    # claimers hold, and take it under an epoch above every epoch of its task.
+    claim_run = f"""
+        WITH pick AS (
+            SELECT run_id, task_id, epoch FROM runs
+            WHERE status IN ('queued', 'running')
+              AND (status = 'queued' OR lease_until <= {_NOW})
+            ORDER BY started_at, seq
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED
+        )
+        UPDATE runs AS r
+        SET epoch = (SELECT max(o.epoch) FROM runs AS o WHERE o.task_id = pick.task_id) + 1,
+            status = 'running', owner = $1, host = $1,
+            lease_until = {_NOW} + $2::float8
+        FROM pick
+        WHERE r.run_id = pick.run_id
+        RETURNING r.run_id, r.task_id, r.epoch, pick.epoch
+    """
+    renew_lease = f"""
+        UPDATE runs SET lease_until = {_NOW} + $3::float8
+        WHERE run_id = $1 AND epoch = $2 AND status = 'running'
+    """
+    release_run = f"""
+        UPDATE runs
+        SET owner = NULL,
+            lease_until = CASE WHEN status = 'running' THEN {_NOW} ELSE NULL END
+        WHERE run_id = $1 AND epoch = $2 AND status <> 'queued'
+    """
+
+    @staticmethod
+    def filtered(
+        select: str,
+        filters: Mapping[str, str],
+        present: Sequence[str],
+        order: str,
+    ) -> str:
+        """Compose ``select`` with the filters named in ``present``, as $1, $2, ..."""
+        clauses = [filters[name].format(f"${n}") for n, name in enumerate(present, 1)]
+        where = " AND ".join(clauses)
+        return f"{select} WHERE {where} {order}" if where else f"{select} {order}"
+
+
+_TABLES: tuple[str, ...] = (
+    "proctor_schema",
+    "tasks",
+    "runs",
+    "steps",
+    "effects",
+    "evidence",
+    "spend",
+    "processes",
+    "notes",
+)
+
+
+# --------------------------------------------------------------------------------------
+# The journal
+# --------------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class PgJournal:
+    """
+    The PostgreSQL journal. Open it with :meth:`open`, or with ``open_journal(URL)``.
+
+    One journal holds a pool of connections: operations from concurrent tasks run
+    concurrently, each in its own transaction. The methods and their contracts are
+    those of :class:`~proctor.runtime._journal.Journal`.
+    """
+
+    _url: str
+    _pool: _Pool | None
+    _durable_set: bool = False
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        synchronous: Synchronous = "NORMAL",
+        pool_size: int = DEFAULT_POOL_SIZE,
+    ) -> PgJournal:
+        """
+        Connect to the journal at ``url``, creating and migrating its schema as needed.
+
+        Args:
+            url: ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE``; query parameters
+                that asyncpg does not know are sent as server settings (for example
+                ``?search_path=proctor`` to keep the tables in a schema of their own).
+            synchronous: ``OFF`` commits ordinary writes with
+                ``synchronous_commit = off``; ``NORMAL``, ``FULL`` and ``EXTRA`` keep
+                the server's setting. Effect dispatches, run ends and claims are
+                never committed with ``synchronous_commit`` off.
+            pool_size: the most connections the journal opens at once.
+
+        Raises:
+            ConfigError: ``synchronous`` is not OFF, NORMAL, FULL or EXTRA, or
+                ``pool_size`` is below 1.
+            SchemaError: the journal was written by a newer proctor.
+            JournalError: the server could not be reached or refused the connection.
+        """
+        if synchronous not in _SYNCHRONOUS:
+            raise ConfigError(
+                f"journal synchronous level must be one of {', '.join(_SYNCHRONOUS)}, "
+                f"got {synchronous!r}"
+            )
+        if pool_size < 1:
+            raise ConfigError(f"a journal's pool needs at least 1 connection, got {pool_size}")
+        shown = _redact(url)
+        settings = {"synchronous_commit": "off"} if synchronous == "OFF" else None
+        try:
+            pool = await asyncpg.create_pool(
+                url, min_size=1, max_size=pool_size, server_settings=settings
+            )
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ValueError) as exc:
+            raise JournalError(f"journal {shown}: could not open: {_describe(exc)}") from exc
+        journal = cls(shown, pool)
+        try:
+            await journal._setup()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await journal.close()
+            raise
+        return journal
+
+    async def _setup(self) -> None:
+        async with self._use("open") as conn:
+            probe = await conn.fetchrow(_Sql.probe)
+            assert probe is not None  # a SELECT without FROM returns one row
+            exists, sync_default = probe
+            # Durable commits need synchronous_commit raised only where the
+            # session's default is off (the server's setting, or ours for OFF).
+            self._durable_set = sync_default == "off"
+            version = await self._schema_version(conn) if exists else 0
+            if version == SCHEMA_VERSION:
+                return
+            async with self._transaction(conn):
+                await conn.execute(_Sql.migration_lock, _MIGRATION_LOCK)
+                await conn.execute(_Sql.schema_table)
+                # Read again under the lock: another host may have migrated since.
+                version = await self._schema_version(conn)
+                for script in _MIGRATIONS[version:]:
+                    await conn.execute(script)
+                if version < SCHEMA_VERSION:
+                    await conn.execute(_Sql.record_version, SCHEMA_VERSION)
+            if version < SCHEMA_VERSION:
+                log.info(
+                    "journal.migrated",
+                    path=self._url,
+                    from_version=version,
+                    to_version=SCHEMA_VERSION,
+                )
+
+    async def _schema_version(self, conn: _Conn) -> int:
+        version = int(await conn.fetchval(_Sql.schema_version))
+        if version > SCHEMA_VERSION:
+            raise SchemaError(
+                f"journal {self._url} has schema version {version}, but this proctor "
+                f"knows versions up to {SCHEMA_VERSION}: open it with a newer proctor"
+            )
+        return version
+
+    @property
+    def path(self) -> str:
+        """The journal's URL, without its password."""
+        return self._url
+
+    async def close(self) -> None:
+        """Close the pool, after the operations in flight. Closing twice is fine."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        with anyio.move_on_after(_CLOSE_LIMIT, shield=True) as scope:
+            await pool.close()
+        if scope.cancelled_caught:
+            pool.terminate()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Translate asyncpg's errors into :class:`JournalError` naming the URL."""
+        try:
+            yield
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise JournalError(f"journal {self._url}: could not {what}: {_describe(exc)}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _use(self, what: str) -> AsyncIterator[_Conn]:
+        """Hold a connection of the pool for one operation, translating its errors."""
+        pool = self._pool
+        if pool is None:
+            raise JournalError(f"journal {self._url} is closed: could not {what}")
+        with self._errors(what):
+            conn = await pool.acquire()
+            try:
+                yield conn
+            finally:
+                await self._release(pool, conn)
+
+    @staticmethod
+    async def _release(pool: _Pool, conn: _Conn) -> None:
+        """
+        Give a connection back, settling whatever it was doing first.
+
+        After a cancellation, asyncpg waits for the server to acknowledge the
+        cancelled statement, then rolls back any open transaction. Waiting for
+        that here, shielded, means a cancelled operation has either happened or
+        not by the time the cancellation reaches the caller, as with SQLite.
+        """
+        with anyio.move_on_after(_CLOSE_LIMIT, shield=True) as scope:
+            try:
+                await pool.release(conn)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+                # asyncpg has closed a connection it could not reset; the pool
+                # opens another when needed.
+                log.warning("journal.connection_dropped", error=str(exc))
+        if scope.cancelled_caught:
+            conn.terminate()
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, conn: _Conn, *, durable: bool = False) -> AsyncIterator[None]:
+        """Run the body in one transaction, committed durably if asked."""
+        await conn.execute(_Sql.begin_durable if durable and self._durable_set else _Sql.begin)
+        try:
+            yield
+        except (asyncpg.PostgresError, ProctorError):
+            # If even the rollback fails, _release settles the connection; the
+            # error worth reporting is the first one.
+            with (
+                anyio.CancelScope(shield=True),
+                contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError),
+            ):
+                await conn.execute(_Sql.rollback)
+            raise
+        # Anything else (a cancellation) is left to _release, which waits for
+        # the connection to settle and rolls the transaction back.
+        await conn.execute(_Sql.commit)
+
+    @contextlib.asynccontextmanager
+    async def _durable(self, conn: _Conn) -> AsyncIterator[None]:
+        """Commit the body's one statement durably: in a transaction only if needed."""
+        if not self._durable_set:
+            yield
+            return
+        async with self._transaction(conn, durable=True):
+            yield
+
+    async def _diagnose_run(self, conn: _Conn, run_id: str, what: str) -> tuple[str, int]:
+        """Return the run's status and epoch, or raise RunNotFoundError."""
+        row = await conn.fetchrow(_Sql.run_fence, run_id)
+        if row is None:
+            raise RunNotFoundError(f"journal {self._url}: no run {run_id!r} ({what})")
+        return str(row[0]), int(row[1])
+
+    def _fenced(self, run_id: str, epoch: int, status: str, current: int, what: str) -> FencedError:
+        return _fenced_error(self._url, run_id, epoch, status, current, what)
+
+    # -- tasks --------------------------------------------------------------------------
+
+    async def put_task(
+        self, task_id: str, goal: str, spec: dict[str, Any], contract_version: str
+    ) -> None:
+        """Record a task, or update the spec and contract version of a known one."""
+        async with self._use(f"record task {task_id}") as conn:
+            await conn.execute(
+                _Sql.put_task, task_id, goal, _dump(spec), contract_version, time.time()
+            )
+
+    async def get_task(self, task_id: str) -> dict[str, Any]:
+        """
+        Return a task as ``{task_id, goal, spec, contract_version, created_at}``.
+
+        Raises:
+            JournalError: no such task.
+        """
+        async with self._use(f"read task {task_id}") as conn:
+            row = await conn.fetchrow(_Sql.get_task, task_id)
+        if row is None:
+            raise JournalError(f"journal {self._url}: no task {task_id!r}")
+        tid, goal, spec, contract_version, created_at = row
+        return {
+            "task_id": tid,
+            "goal": goal,
+            "spec": _load(spec),
+            "contract_version": contract_version,
+            "created_at": created_at,
+        }
+
+    # -- runs ---------------------------------------------------------------------------
+
+    async def create_run(
+        self,
+        run_id: str,
+        task_id: str,
+        *,
+        policy: dict[str, Any],
+        policy_version: str,
+        host: str,
+        parent_run_id: str | None = None,
+    ) -> int:
+        """
+        Record a new running run of a known task and return its epoch.
+
+        Raises:
+            JournalError: the run id is taken, or the task or parent run is unknown.
+        """
+        args = (run_id, task_id, parent_run_id, _dump(policy), policy_version, host)
+        what = f"create run {run_id}"
+        async with self._use(what) as conn:
+            for _ in range(_EPOCH_RETRIES):
+                try:
+                    epoch = await conn.fetchval(_Sql.create_run, *args, time.time())
+                except asyncpg.UniqueViolationError as exc:
+                    if exc.constraint_name == "runs_task_epoch":
+                        continue  # a concurrent run of the task took that epoch
+                    why = f"run {run_id!r} already exists"
+                    raise JournalError(f"journal {self._url}: could not {what}: {why}") from exc
+                except asyncpg.ForeignKeyViolationError as exc:
+                    why = f"task {task_id!r} or parent run {parent_run_id!r} is not in the journal"
+                    raise JournalError(f"journal {self._url}: could not {what}: {why}") from exc
+                return int(epoch)
+        raise JournalError(
+            f"journal {self._url}: could not {what}: {_EPOCH_RETRIES} concurrent runs of "
+            f"task {task_id!r} took the next epoch first"
+        )
+
+    async def end_run(
+        self,
+        run_id: str,
+        epoch: int,
+        *,
+        disposition: str,
+        stop_reason: dict[str, Any] | None,
+        candidate_digest: str | None,
+        handoff: dict[str, Any] | None,
+    ) -> None:
+        """
+        End a running run, durably.
+
+        Raises:
+            ConfigError: ``disposition`` is not a terminal disposition.
+            FencedError: the run has ended or its epoch is not ``epoch``.
+            RunNotFoundError: no such run.
+        """
+        if disposition not in _DISPOSITIONS:
+            raise ConfigError(
+                f"disposition must be one of {', '.join(_DISPOSITIONS)}, got {disposition!r}"
+            )
+        args = (
+            run_id,
+            epoch,
+            disposition,
+            _dump_opt(stop_reason),
+            time.time(),
+            candidate_digest,
+            _dump_opt(handoff),
+        )
+        what = "end"
+        async with self._use(f"end run {run_id}") as conn:
+            async with self._durable(conn):
+                status = await conn.execute(_Sql.end_run, *args)
+            if _count(status) != 1:
+                status, current = await self._diagnose_run(conn, run_id, what)
+                raise self._fenced(run_id, epoch, status, current, what)
+
+    async def get_run(self, run_id: str) -> RunRow:
+        """
+        Return a run by its id, or by a unique prefix of at least 6 characters.
+
+        Raises:
+            RunNotFoundError: no run has that id, or the prefix is short or ambiguous.
+        """
+        async with self._use(f"read run {run_id}") as conn:
+            rows = await conn.fetch(_Sql.get_run, run_id)
+            if not rows and len(run_id) >= _MIN_PREFIX:
+                rows = await conn.fetch(*_prefix_query(run_id))
+        if len(rows) == 1:
+            return _run_row(rows[0])
+        if rows:
+            ids = ", ".join(str(row[0]) for row in rows)
+            raise RunNotFoundError(
+                f"journal {self._url}: run id prefix {run_id!r} is ambiguous "
+                f"(matches {ids}, ...): give more characters"
+            )
+        hint = "" if len(run_id) >= _MIN_PREFIX else f" (a prefix needs {_MIN_PREFIX}+ characters)"
+        raise RunNotFoundError(f"journal {self._url}: no run {run_id!r}{hint}")
+
+    async def list_runs(self, limit: int = 50) -> list[RunRow]:
+        """Return up to ``limit`` runs, newest first."""
+        async with self._use("list runs") as conn:
+            rows = await conn.fetch(_Sql.list_runs, limit)
+        return [_run_row(row) for row in rows]
+
+    async def runs_of_task(self, task_id: str) -> list[RunRow]:
+        """Return a task's runs, oldest epoch first."""
+        async with self._use(f"list runs of task {task_id}") as conn:
+            rows = await conn.fetch(_Sql.runs_of_task, task_id)
+        return [_run_row(row) for row in rows]
+
+    # -- leases -------------------------------------------------------------------------
+
+    async def submit_run(
+        self, run_id: str, task_id: str, *, policy: dict[str, Any], policy_version: str
+    ) -> None:
+        """
+        Queue a run of a known task, for a worker to claim: status ``queued``, epoch 0.
+
+        Raises:
+            JournalError: the run id is taken, the task is unknown, or the task
+                already has a queued run.
+        """
+        what = f"submit run {run_id}"
+        async with self._use(what) as conn:
+            try:
+                await conn.execute(
+                    _Sql.submit_run, run_id, task_id, _dump(policy), policy_version, time.time()
+                )
+            except asyncpg.UniqueViolationError as exc:
+                if await conn.fetchrow(_Sql.run_fence, run_id) is not None:
+                    why = f"run {run_id!r} already exists"
+                else:
+                    # (task_id, epoch 0) is taken.
+                    why = f"task {task_id!r} already has a queued run"
+                raise JournalError(f"journal {self._url}: could not {what}: {why}") from exc
+            except asyncpg.ForeignKeyViolationError as exc:
+                why = f"task {task_id!r} is not in the journal"
+                raise JournalError(f"journal {self._url}: could not {what}: {why}") from exc
+
+    async def claim_run(self, worker: str, lease_seconds: float) -> Claimed | None:
+        """
+        Claim the oldest run that is queued, or running under an expired lease.
+
+        Returns:
+            The claimed run, or None when no run can be claimed.
+
+        Raises:
+            ConfigError: ``worker`` is empty or ``lease_seconds`` is negative or not finite.
+        """
+        _check_worker(worker)
+        _check_lease(lease_seconds)
+        async with self._use("claim a run") as conn:
+            for _ in range(_EPOCH_RETRIES):
+                try:
+                    async with self._durable(conn):
+                        row = await conn.fetchrow(_Sql.claim_run, worker, float(lease_seconds))
+                except asyncpg.UniqueViolationError as exc:
+                    if exc.constraint_name != "runs_task_epoch":
+                        raise
+                    continue  # a concurrent claim of the same task took that epoch
+                break
+            else:
+                raise JournalError(
+                    f"journal {self._url}: could not claim a run: {_EPOCH_RETRIES} "
+                    "concurrent claims of the same task took the next epoch first"
+                )
+        if row is None:
+            return None
+        run_id, task_id, epoch, previous = row
+        claimed = Claimed(run_id, task_id, int(epoch), int(previous))
+        log.info("journal.claimed", run_id=run_id, worker=worker, epoch=claimed.epoch)
+        return claimed
+
+    async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool:
+        """
+        Extend the lease of a run this worker owns to ``lease_seconds`` from now.
+
+        Returns:
+            True when renewed; False, changing nothing, when the run is no longer
+            running under ``epoch``.
+
+        Raises:
+            ConfigError: ``lease_seconds`` is negative or not finite.
+            RunNotFoundError: no such run.
+        """
+        _check_lease(lease_seconds)
+        what = "renew the lease"
+        async with self._use(f"{what} of run {run_id}") as conn:
+            status = await conn.execute(_Sql.renew_lease, run_id, epoch, float(lease_seconds))
+            if _count(status) == 1:
+                return True
+            await self._diagnose_run(conn, run_id, what)
+        return False
+
+    async def release_run(self, run_id: str, epoch: int) -> None:
+        """
+        Give up the lease on a run. A run still running may be claimed at once.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
+        what = "release"
+        async with self._use(f"{what} run {run_id}") as conn:
+            status = await conn.execute(_Sql.release_run, run_id, epoch)
+            if _count(status) != 1:
+                await self._diagnose_run(conn, run_id, what)
+
+    # -- steps --------------------------------------------------------------------------
+
+    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> None:
+        """
+        Journal one step: an unstructured :class:`~proctor.runtime.TraceRecord`.
+
+        Raises:
+            ConfigError: the record lacks a field or belongs to another run.
+            FencedError: the run's epoch is not ``epoch``.
+            RunNotFoundError: no such run.
+            JournalError: the step number is already journaled.
+        """
+        params = _step_params(run_id, epoch, record)
+        what = f"append step {params['step']}"
+        async with self._use(f"{what} of run {run_id}") as conn:
+            try:
+                status = await conn.execute(_Sql.append_step, *_step_args(params), epoch)
+            except asyncpg.UniqueViolationError as exc:
+                raise self._duplicate_step(run_id, what) from exc
+            if _count(status) != 1:
+                status, current = await self._diagnose_run(conn, run_id, what)
+                raise self._fenced(run_id, epoch, status, current, what)
+
+    async def append_steps(
+        self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """
+        Journal several steps in one transaction: all of them, or none.
+
+        Raises:
+            ConfigError: a record lacks a field or belongs to another run.
+            FencedError: the run's epoch is not ``epoch``.
+            RunNotFoundError: no such run.
+            JournalError: a step number is already journaled.
+        """
+        if not records:
+            return
+        params = [_step_params(run_id, epoch, record) for record in records]
+        what = f"append steps {params[0]['step']}..{params[-1]['step']}"
+        async with self._use(f"{what} of run {run_id}") as conn:
+            try:
+                async with self._transaction(conn):
+                    # The run's row stays locked until the commit: no claim can
+                    # move its epoch under the batch.
+                    row = await conn.fetchrow(_Sql.run_fence_locked, run_id)
+                    if row is None:
+                        raise RunNotFoundError(f"journal {self._url}: no run {run_id!r} ({what})")
+                    status, current = str(row[0]), int(row[1])
+                    if current != epoch or status == "queued":
+                        raise self._fenced(run_id, epoch, status, current, what)
+                    await conn.executemany(_Sql.insert_step, [_step_args(p) for p in params])
+            except asyncpg.UniqueViolationError as exc:
+                raise self._duplicate_step(run_id, what) from exc
+
+    def _duplicate_step(self, run_id: str, what: str) -> JournalError:
+        why = "that step number is already journaled"
+        return JournalError(f"journal {self._url}: could not {what} of run {run_id}: {why}")
+
+    async def steps(self, run_id: str) -> list[dict[str, Any]]:
+        """Return a run's steps in order, shaped as they were appended."""
+        async with self._use(f"read steps of run {run_id}") as conn:
+            rows = await conn.fetch(_Sql.steps, run_id)
+        return [_step_record(row) for row in rows]
+
+    # -- effects ------------------------------------------------------------------------
+
+    async def record_dispatch(
+        self,
+        *,
+        run_id: str,
+        epoch: int,
+        key: str,
+        task_id: str,
+        step: int,
+        tool: str,
+        target: str,
+        args_hash: str,
+    ) -> None:
+        """
+        Record, durably, that an effect is about to be dispatched.
+
+        Raises:
+            FencedError: the run has ended or its epoch is not ``epoch``.
+            RunNotFoundError: no such run.
+            EffectError: ``key`` was recorded with other arguments.
+        """
+        args = (run_id, epoch, key, task_id, step, tool, target, args_hash, time.time())
+        what = f"dispatch of effect {key}"
+        async with self._use(f"record {what}") as conn:
+            async with self._durable(conn):
+                status = await conn.execute(_Sql.record_dispatch, *args)
+            if _count(status) == 1:
+                return
+            row = await conn.fetchrow(_Sql.dispatch_check, run_id, key)
+        if row is None:
+            raise RunNotFoundError(f"journal {self._url}: no run {run_id!r} ({what})")
+        status, current, known_hash = row
+        if status != _RUNNING or current != epoch:
+            raise self._fenced(run_id, epoch, str(status), int(current), what)
+        raise EffectError(
+            f"idempotency key {key} reused with other arguments "
+            f"(recorded {known_hash}, now {args_hash}): give the new call its own key"
+        )
+
+    async def settle_effect(
+        self,
+        key: str,
+        state: str,
+        outcome: dict[str, Any] | None,
+        *,
+        run_id: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        """
+        Set an effect's state and outcome, fenced by ``run_id`` and ``epoch`` if given.
+
+        Raises:
+            ConfigError: ``state`` is not one of the effect states, or only one of
+                ``run_id`` and ``epoch`` is given.
+            FencedError: ``run_id``'s epoch is not ``epoch``.
+            RunNotFoundError: no run ``run_id``.
+            EffectError: no effect has that key.
+        """
+        fenced = _settle_fence(state, run_id, epoch)
+        args: tuple[Any, ...] = (key, state, _dump_opt(outcome), time.time())
+        what = f"settle effect {key}"
+        async with self._use(what) as conn:
+            if fenced:
+                status = await conn.execute(_Sql.settle_effect_fenced, *args, run_id, epoch)
+            else:
+                status = await conn.execute(_Sql.settle_effect, *args)
+            if _count(status) == 1:
+                return
+            known = await conn.fetchval(_Sql.effect_exists, key)
+            if known is not None and run_id is not None and epoch is not None:
+                status, current = await self._diagnose_run(conn, run_id, what)
+                raise self._fenced(run_id, epoch, status, current, what)
+        raise EffectError(f"journal {self._url}: no effect with idempotency key {key!r}")
+
+    async def effects(
+        self,
+        *,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        states: Sequence[str] | None = None,
+    ) -> list[EffectRow]:
+        """Return the effects that match every filter given, oldest first."""
+        given: dict[str, Any] = {"task_id": task_id, "run_id": run_id}
+        if states is not None:
+            given["states"] = list(states)
+        present = [name for name, value in given.items() if value is not None]
+        sql = _Sql.filtered(_Sql.effects, _Sql.effects_filters, present, _Sql.effects_order)
+        async with self._use("read effects") as conn:
+            rows = await conn.fetch(sql, *(given[name] for name in present))
+        return [
+            EffectRow(
+                key=row[0],
+                run_id=row[1],
+                task_id=row[2],
+                step=row[3],
+                tool=row[4],
+                target=row[5],
+                args_hash=row[6],
+                state=row[7],
+                created_at=row[8],
+                updated_at=row[9],
+                outcome=_load_opt(row[10]),
+            )
+            for row in rows
+        ]
+
+    # -- evidence -----------------------------------------------------------------------
+
+    async def add_evidence(self, run_id: str, task_id: str, record: Mapping[str, Any]) -> None:
+        """
+        Journal one piece of evidence: an unstructured evidence record.
+
+        Raises:
+            ConfigError: the record lacks ``candidate_digest``, ``contract_version``,
+                ``check``, ``passed`` or ``at``.
+        """
+        args = (
+            run_id,
+            task_id,
+            _field(record, "candidate_digest", "evidence"),
+            _field(record, "contract_version", "evidence"),
+            _field(record, "check", "evidence"),
+            bool(_field(record, "passed", "evidence")),
+            _dump(record),
+            _field(record, "at", "evidence"),
+        )
+        async with self._use(f"add evidence to run {run_id}") as conn:
+            await conn.execute(_Sql.add_evidence, *args)
+
+    async def evidence(
+        self, *, run_id: str | None = None, task_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Return the evidence records that match every filter given, oldest first."""
+        given = {"task_id": task_id, "run_id": run_id}
+        present = [name for name, value in given.items() if value is not None]
+        sql = _Sql.filtered(_Sql.evidence, _Sql.evidence_filters, present, _Sql.evidence_order)
+        async with self._use("read evidence") as conn:
+            rows = await conn.fetch(sql, *(given[name] for name in present))
+        return [_load(row[0]) for row in rows]
+
+    # -- spend --------------------------------------------------------------------------
+
+    async def add_spend(
+        self,
+        task_id: str,
+        run_id: str,
+        amounts: Mapping[str, float],
+        kind: str,
+        note: str = "",
+    ) -> None:
+        """
+        Journal spend: one row per dimension, all in one statement.
+
+        Raises:
+            ConfigError: ``kind`` is not a spend kind, or an amount is not finite.
+        """
+        if kind not in SPEND_KINDS:
+            raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
+        if not amounts:
+            return
+        values = _finite(amounts)
+        args = (task_id, run_id, list(values), list(values.values()), kind, note, time.time())
+        async with self._use(f"add spend of run {run_id}") as conn:
+            await conn.execute(_Sql.add_spend, *args)
+
+    async def spend_totals(
+        self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
+    ) -> dict[str, float]:
+        """Return a task's spend per dimension, summed over the rows of ``kinds``."""
+        async with self._use(f"read spend of task {task_id}") as conn:
+            rows = await conn.fetch(_Sql.spend_totals, task_id, list(kinds))
+        return {str(dimension): float(total) for dimension, total in rows}
+
+    # -- processes ----------------------------------------------------------------------
+
+    async def record_process(self, run_id: str, pgid: int, command: str) -> None:
+        """Journal a child process group the run started."""
+        async with self._use(f"record process group {pgid} of run {run_id}") as conn:
+            await conn.execute(_Sql.record_process, run_id, pgid, command, time.time())
+
+    async def end_process(self, run_id: str, pgid: int, how: str) -> None:
+        """Mark the latest open record of a process group as ended; nothing if none is open."""
+        async with self._use(f"end process group {pgid} of run {run_id}") as conn:
+            await conn.execute(_Sql.end_process, run_id, pgid, how, time.time())
+
+    async def processes(self, run_id: str) -> list[ProcessRow]:
+        """Return a run's process groups in the order they started."""
+        async with self._use(f"read processes of run {run_id}") as conn:
+            rows = await conn.fetch(_Sql.processes, run_id)
+        return [ProcessRow(*row) for row in rows]
+
+    # -- notes --------------------------------------------------------------------------
+
+    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
+        """Journal a miscellaneous event of a run (an amendment, a retuning, ...)."""
+        async with self._use(f"add note to run {run_id}") as conn:
+            await conn.execute(_Sql.add_note, run_id, kind, _dump(body), time.time())
+
+    async def notes(self, run_id: str) -> list[dict[str, Any]]:
+        """Return a run's notes in order, as ``{id, run_id, kind, body, at}``."""
+        async with self._use(f"read notes of run {run_id}") as conn:
+            rows = await conn.fetch(_Sql.notes, run_id)
+        return [
+            {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
+            for nid, rid, kind, body, at in rows
+        ]
+
+    # -- maintenance --------------------------------------------------------------------
+
+    async def integrity_check(self) -> str:
+        """Check that every table is there at the current schema version; ``"ok"`` if so."""
+        async with self._use("check integrity") as conn:
+            missing = [str(row[0]) for row in await conn.fetch(_Sql.tables, list(_TABLES))]
+            version = None if missing else int(await conn.fetchval(_Sql.schema_version))
+        problems = [f"table {name} is missing" for name in missing]
+        if version is not None and version != SCHEMA_VERSION:
+            problems.append(f"schema version is {version}, expected {SCHEMA_VERSION}")
+        return "\n".join(problems) or "ok"
+
+
+# --------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------
+
+
+def _step_args(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The parameters of a step row, in the order of ``_STEP_VALUES``."""
+    return tuple(params[name] for name in _STEP_ORDER)
+
+
+def _count(status: str) -> int:
+    """The number of rows a command touched, from its status (``UPDATE 1``, ``INSERT 0 1``)."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+def _finite(amounts: Mapping[str, float]) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for dimension, amount in amounts.items():
+        value = float(amount)
+        if not math.isfinite(value):
+            raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
+        values[dimension] = value
+    return values
+
+
+def _prefix_query(prefix: str) -> tuple[str, str] | tuple[str, str, str]:
+    """Return the statement and arguments that find the runs whose id starts with ``prefix``."""
+    last = ord(prefix[-1])
+    if last < 0x10FFFF and not 0xD800 <= last + 1 <= 0xDFFF:
+        return _Sql.runs_by_prefix, prefix, prefix[:-1] + chr(last + 1)
+    return _Sql.runs_by_prefix_scan, prefix
+
+
+def _describe(exc: BaseException) -> str:
+    """Say what went wrong, adding what a person can do where PostgreSQL is terse."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, asyncpg.CharacterNotInRepertoireError) and "0x00" in text:
+        return f"{text} (PostgreSQL text cannot hold the character U+0000)"
+    return text
+
+
+def _redact(url: str) -> str:
+    """Return ``url`` with its password, if any, replaced by ``***``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, hosts = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{hosts}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode(
+            [(name, "***" if name == "password" else value) for name, value in pairs], safe="*"
+        )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
