@@ -28,10 +28,10 @@ from proctor.runtime import FunctionActor as FunctionActor
 from proctor.runtime import Message as Message
 from proctor.runtime import MessageKind as MessageKind
 from proctor.runtime import Observation as Observation
-from proctor.runtime import OpenAIActor as OpenAIActor
-from proctor.runtime import ProcessActor as ProcessActor
 from proctor.runtime import ObservationKind as ObservationKind
+from proctor.runtime import OpenAIActor as OpenAIActor
 from proctor.runtime import Policy as Policy
+from proctor.runtime import ProcessActor as ProcessActor
 from proctor.runtime import Proposal as Proposal
 from proctor.runtime import Round as Round
 from proctor.runtime import RunResult as RunResult

@@ -16,6 +16,7 @@ from proctor.runtime._actor import (
     Actor,
     ActorCrashed,
     ActorFinished,
+    ActorSpend,
     FunctionActor,
     ScriptedActor,
     load_script,
@@ -33,7 +34,7 @@ from proctor.runtime._records import (
     ToolCall,
 )
 
-Outbound = Proposal | ActorFinished | ActorCrashed
+Outbound = Proposal | ActorFinished | ActorCrashed | ActorSpend
 
 
 def test_all_names_exist_and_are_documented() -> None:

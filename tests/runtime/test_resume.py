@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -137,12 +135,18 @@ SCENARIO = textwrap.dedent(
             checks=(CommandCheck("ok", "true"),), policy=Policy(stall_threshold=0),
         )
         calls = [ToolCall("run_command", {"cmd": f"echo step{i} >> log.txt"}) for i in range(3)]
-        calls.append(ToolCall("run_command", {"cmd": "sleep 60"}))
-        await run(task, ScriptedActor(calls), sys.argv[2])
+        calls.append(ToolCall("run_command", {"cmd": "echo sleeping; sleep 60"}))
+        show = lambda record: print(record.step, flush=True)
+        await run(task, ScriptedActor(calls), sys.argv[2], on_step=show)
 
     anyio.run(main)
     """
 )
+
+
+async def _dispatched(journal: Path) -> bool:
+    async with open_journal(journal) as j:
+        return any(e.state == "dispatched" for e in await j.effects(task_id="killed"))
 
 
 async def test_resume_after_sigkill_inherits_history_and_spend(tmp_path: Path) -> None:
@@ -151,38 +155,39 @@ async def test_resume_after_sigkill_inherits_history_and_spend(tmp_path: Path) -
     journal = tmp_path / "j.db"
     script = tmp_path / "scenario.py"
     script.write_text(SCENARIO)
-    proc = subprocess.Popen([PY, str(script), str(root), str(journal)])
-    try:
+    async with await anyio.open_process([PY, str(script), str(root), str(journal)]) as proc:
+        assert proc.stdout is not None
         with anyio.fail_after(60):
-            while (
-                not (root / "log.txt").exists() or len((root / "log.txt").read_text().split()) < 3
-            ):
+            seen = b""
+            async for chunk in proc.stdout:
+                seen += chunk
+                if b"3\n" in seen:
+                    break
+            # The fourth call's intent is journaled and it is running: kill the host.
+            while not await _dispatched(journal):
                 await anyio.sleep(0.05)
-            # The sleep is running; kill the whole host without warning.
-            await anyio.sleep(0.3)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
     async with open_journal(journal) as j:
-        runs = await j.runs_of_task("killed")
-        killed = runs[0]
+        killed = (await j.runs_of_task("killed"))[0]
         assert killed.status == "running"
         before = await j.steps(killed.run_id)
         spent = await j.spend_totals("killed")
-    assert len(before) >= 3
+    assert len(before) == 3
     assert spent.get("steps", 0) >= 3
-    resumed = await resume(
-        killed.run_id,
-        ScriptedActor([ToolCall("run_command", {"cmd": "echo step0 >> log.txt"})]),
-        journal,
-    )
+    again = [ToolCall("run_command", {"cmd": "echo step0 >> log.txt"})]
+    resumed = await resume(killed.run_id, ScriptedActor(again), journal)
     async with open_journal(journal) as j:
         after = await j.spend_totals("killed")
+        effects = await j.effects(task_id="killed")
         assert await j.integrity_check() == "ok"
     assert after["steps"] >= spent["steps"] + 1
+    # The command that was running when the host died: uncertain, and nothing can look
+    # a command up: escalated, never left dispatched, never re-run blindly.
+    assert "dispatched" not in {e.state for e in effects}
+    assert any(e.state == "escalated" for e in effects)
     assert resumed.disposition is Disposition.COMPLETED
+    assert any("escalated" in f for f in resumed.handoff.open_findings)
 
 
 @pytest.mark.parametrize("prefix", [6, 32])

@@ -502,7 +502,9 @@ def test_unknown_actor_kind_names_its_own_line(home: Path) -> None:
     text = TASK.replace('kind = "scripted"', 'kind = "llm"')
     path, message = config_error(home, text)
     line = line_of(text, 'kind = "llm"')
-    assert message == f"{path}:{line}: actor.kind: unknown actor kind 'llm'; accepted: scripted, openai, process"
+    assert message == (
+        f"{path}:{line}: actor.kind: unknown actor kind 'llm'; accepted: scripted, openai, process"
+    )
 
 
 def test_missing_script(home: Path) -> None:
