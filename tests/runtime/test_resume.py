@@ -164,7 +164,7 @@ async def test_resume_after_sigkill_inherits_history_and_spend(tmp_path: Path) -
                 if b"3\n" in seen:
                     break
             # The fourth call's intent is journaled and it is running: kill the host.
-            while not await _dispatched(journal):
+            while not await _dispatched(journal):  # noqa: ASYNC110 - another process
                 await anyio.sleep(0.05)
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
