@@ -501,6 +501,35 @@ def amend_command(
     click.echo(f"amended the contract of run {full}; a running controller applies it next step")
 
 
+@main.command("retune")
+@click.argument("run_id")
+@_JOURNAL
+@click.option(
+    "--limit", "limits", multiple=True, required=True, help="DIMENSION=VALUE (repeatable)."
+)
+@click.option("--who", required=True, help="Who changes the limits.")
+@click.option("--why", required=True, help="Why: journaled with the change.")
+def retune_command(run_id: str, journal: str, limits: tuple[str, ...], who: str, why: str) -> None:
+    """Change a running run's budget limits: journaled, with who and why."""
+    from proctor.runtime._operator import retune
+
+    values: dict[str, float] = {}
+    for spec in limits:
+        name, sep, value = spec.partition("=")
+        try:
+            values[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            _fail(f"--limit {spec!r}: expected DIMENSION=NUMBER, such as steps=80")
+
+    async def go() -> str:
+        return await retune(journal, run_id, values, who=who, why=why)
+
+    full = _guard(go)
+    click.echo(f"journaled new limits for run {full}; a running controller applies them next step")
+
+
 @main.command("export")
 @click.argument("run_id")
 @_JOURNAL

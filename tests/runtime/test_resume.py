@@ -15,8 +15,11 @@ from proctor import (
     CommandCheck,
     Completion,
     Disposition,
+    FunctionActor,
+    Observation,
     ObservationKind,
     Policy,
+    Proposal,
     ScriptedActor,
     Task,
     ToolCall,
@@ -197,3 +200,30 @@ async def test_resume_accepts_a_run_id_prefix(tmp_path: Path, prefix: int) -> No
     first = await run(_task(root), ScriptedActor([Completion()]), journal)
     second = await resume(first.run_id[:prefix], ScriptedActor([FIX, Completion()]), journal)
     assert second.disposition is Disposition.COMPLETED
+
+
+async def test_an_operator_retunes_a_running_run_on_the_record(tmp_path: Path) -> None:
+    from proctor.runtime import retune
+
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    script = [ToolCall("list_files", {"path": "."}), FIX, Completion()]
+
+    async def propose(observation: Observation) -> Proposal | None:
+        if len(script) == 2:
+            async with open_journal(journal) as j:
+                run_id = (await j.list_runs(1))[0].run_id
+            await retune(journal, run_id, {"steps": 10}, who="ops", why="the fix is close")
+        return script.pop(0) if script else None
+
+    task = _task(root, budget=Budget({"steps": 3}, {"steps": 1}))
+    result = await run(task, FunctionActor(propose), journal)
+    # Two steps were left for the actor; the raised limit let it finish.
+    assert result.disposition is Disposition.COMPLETED
+    async with open_journal(journal) as j:
+        steps = await j.steps(result.run_id)
+        notes = await j.notes(result.run_id)
+    retuned = [s for s in steps if s["kind"] == "retune"]
+    assert len(retuned) == 1
+    assert retuned[0]["reason"] == "ops set the steps limit from 3 to 10: the fix is close"
+    assert any(n["kind"] == "retune" and "ops" in n["body"]["note"] for n in notes)

@@ -12,6 +12,7 @@ from proctor.runtime._judge import TaskFacts as TaskFacts
 from proctor.runtime._openai import OpenAIActor as OpenAIActor
 from proctor.runtime._operator import Amendment as Amendment
 from proctor.runtime._operator import amend as amend
+from proctor.runtime._operator import retune as retune
 from proctor.runtime._outcome import Candidate as Candidate
 from proctor.runtime._outcome import Handoff as Handoff
 from proctor.runtime._outcome import RunResult as RunResult
@@ -87,5 +88,6 @@ __all__ = (
     "read_trajectory",
     "replay",
     "resume",
+    "retune",
     "run",
 )

@@ -42,8 +42,11 @@ from proctor.budgets._accountant import (
     Deadline,
     Denied,
     Granted,
+    Rejected,
     Release,
     Reserve,
+    Retuned,
+    RetuneLimit,
     Settle,
     Settled,
     run_accountant,
@@ -350,6 +353,25 @@ class Controller:
             # Stray replies (none are expected) are dropped.
         await self._end()
 
+    async def _retune(self, body: Mapping[str, Any]) -> None:
+        """Hand an operator's change of limits to the accountant, one limit at a time."""
+        for dimension, limit in body["limits"].items():
+            ref = self._next_ref()
+            await self.to_accountant.send(
+                RetuneLimit(ref, dimension, float(limit), body["who"], body["why"])
+            )
+            reply = await self._reply(ref, (Retuned, Rejected))
+            if isinstance(reply, Retuned):
+                self.remaining = reply.remaining
+                reason = (
+                    f"{body['who']} set the {dimension} limit from {reply.retune.old:g} to "
+                    f"{reply.retune.new:g}: {body['why']}"
+                )
+            else:
+                reason = f"the {dimension} limit was not changed: {reply.reason}"
+            await self._record("retune", Ruling(Decision.CONTINUE, False, reason))
+            self._note = reason
+
     async def _actor_spend(self, spend: ActorSpend) -> None:
         """Settle what the actor's last turn used against what was reserved for it."""
         amounts: dict[str, float] = {}
@@ -367,10 +389,15 @@ class Controller:
     async def _amendments(self) -> None:
         """Apply the operator's journaled amendments of the contract, in order."""
         for note in await self.journal.notes(self.run_id):
-            if note["id"] <= self._notes_seen or note["kind"] != "amend":
+            if note["id"] <= self._notes_seen:
                 continue
             self._notes_seen = note["id"]
             body = note["body"]
+            if note["kind"] == "retune-request":
+                await self._retune(body)
+                continue
+            if note["kind"] != "amend":
+                continue
             self.task = apply_amendment(self.task, body)
             self.judge.amend(self.task.facts(), self.task.contract_version)
             await self.journal.put_task(

@@ -20,7 +20,7 @@ from proctor.runtime._journal import open_journal
 from proctor.runtime._task import Task
 from proctor.verifiers._checks import CommandCheck
 
-__all__ = ("Amendment", "amend", "apply_amendment")
+__all__ = ("Amendment", "amend", "apply_amendment", "retune")
 
 
 @attrs.frozen
@@ -112,6 +112,48 @@ async def amend(
         task = await j.get_task(run.task_id)
         _check_applies(task.get("spec") or {}, amendment.body())
         await j.add_note(run.run_id, "amend", amendment.body())
+        return run.run_id
+
+
+async def retune(
+    journal: str | os.PathLike[str],
+    run_id: str,
+    limits: Mapping[str, float],
+    *,
+    who: str,
+    why: str,
+) -> str:
+    """
+    Journal a change of budget limits for a run. A running controller hands it to
+    the accountant before its next step; the accountant journals the change with
+    who and why, or refuses it (a limit below what is spent, a reserve that no
+    longer fits).
+
+    Args:
+        journal: the journal's path.
+        run_id: the run (a unique prefix of 6 characters or more is enough).
+        limits: dimension -> new limit.
+        who: the operator.
+        why: the reason.
+
+    Returns:
+        The run's full id.
+
+    Raises:
+        ConfigError: no limits, an unknown dimension, or no who or why.
+    """
+    from proctor.budgets._budget import Budget
+
+    if not who.strip() or not why.strip():
+        raise ConfigError("retune: say who changes the limits and why (--who, --why)")
+    if not limits:
+        raise ConfigError("retune: name at least one limit, such as steps=80")
+    Budget(dict(limits))  # the same validation as a task file's [budget]
+    async with open_journal(journal) as j:
+        run = await j.get_run(run_id)
+        await j.add_note(
+            run.run_id, "retune-request", {"limits": dict(limits), "who": who, "why": why}
+        )
         return run.run_id
 
 
