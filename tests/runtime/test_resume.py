@@ -207,7 +207,7 @@ async def test_an_operator_retunes_a_running_run_on_the_record(tmp_path: Path) -
 
     root = _project(tmp_path / "p")
     journal = tmp_path / "j.db"
-    script = [ToolCall("list_files", {"path": "."}), FIX, Completion()]
+    script: list[Proposal] = [ToolCall("list_files", {"path": "."}), FIX, Completion()]
 
     async def propose(observation: Observation) -> Proposal | None:
         if len(script) == 2:
