@@ -48,7 +48,7 @@ _JOURNAL = click.option(
     "journal",
     default=lambda: os.environ.get("PROCTOR_JOURNAL", "proctor.db"),
     show_default="proctor.db, or $PROCTOR_JOURNAL",
-    help="The journal: a SQLite file.",
+    help="The journal: a SQLite file, or a postgresql:// URL.",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import sqlite3
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -1159,3 +1160,14 @@ def test_missing_postgresql_binaries_say_what_to_install(tmp_path: Path) -> None
     assert "apt-get install postgresql-15" in message
     assert URL_ENV in message
     assert str(tmp_path / "15" / "bin") in message
+
+
+async def test_a_postgresql_url_without_asyncpg_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As if asyncpg were not installed: importing it fails.
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    monkeypatch.delitem(sys.modules, "proctor.runtime._journal_pg")
+    with pytest.raises(ConfigError, match=r"pip install 'proctor\[postgresql\]'"):
+        async with open_journal("postgresql://u@127.0.0.1:1/db"):
+            pass

@@ -5,7 +5,9 @@ from proctor.runtime._actor import FunctionActor as FunctionActor
 from proctor.runtime._actor import ScriptedActor as ScriptedActor
 from proctor.runtime._actor import load_script as load_script
 from proctor.runtime._controller import run as run
+from proctor.runtime._journal import Claimed as Claimed
 from proctor.runtime._journal import Journal as Journal
+from proctor.runtime._journal import JournalLike as JournalLike
 from proctor.runtime._journal import open_journal as open_journal
 from proctor.runtime._judge import Judge as Judge
 from proctor.runtime._judge import TaskFacts as TaskFacts
@@ -49,6 +51,7 @@ __all__ = (
     "Actor",
     "Amendment",
     "Candidate",
+    "Claimed",
     "Claim",
     "Completion",
     "Decision",
@@ -57,6 +60,7 @@ __all__ = (
     "FunctionActor",
     "Handoff",
     "Journal",
+    "JournalLike",
     "Judge",
     "Message",
     "MessageKind",

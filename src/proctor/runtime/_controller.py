@@ -621,7 +621,10 @@ class Controller:
 
     async def _settle_effect(self, key: str, state: EffectState, outcome: dict[str, Any]) -> None:
         self.effects.outcome(key, state)
-        await self.journal.settle_effect(key, state.value, outcome)
+        # Fenced by this run's epoch: a host that lost the run cannot settle its effects.
+        await self.journal.settle_effect(
+            key, state.value, outcome, run_id=self.run_id, epoch=self.epoch
+        )
 
     async def _recover_effects(self) -> str:
         """
@@ -631,7 +634,11 @@ class Controller:
         lines = []
         for record in self.effects.recover_open():
             await self.journal.settle_effect(
-                record.key, record.state.value, {"status": "recovered"}
+                record.key,
+                record.state.value,
+                {"status": "recovered"},
+                run_id=self.run_id,
+                epoch=self.epoch,
             )
         for record in self.effects.uncertain():
             verdict = await self._reconcile(record.key)
@@ -963,7 +970,7 @@ async def run(
     Args:
         task: the task and its contract.
         actor: what proposes the steps.
-        journal: the journal's path.
+        journal: the journal: a SQLite file's path, or a ``postgresql://`` URL.
         tools: the tools on offer (default: the built-in workspace tools).
         on_step: called with each trace record after it is journaled.
         run_id: the run's id (default: a new one).

@@ -1551,12 +1551,22 @@ async def open_journal(
             journal (:class:`~proctor.runtime._journal_pg.PgJournal`); anything else
             is the path of a SQLite file (:class:`Journal`).
         synchronous: as for :meth:`Journal.open` and ``PgJournal.open``.
+
+    Raises:
+        ConfigError: a PostgreSQL URL, and asyncpg is not installed.
     """
     journal: JournalLike
     if is_postgres_url(target):
         # Imported here: asyncpg is loaded only by those who use PostgreSQL.
-        from proctor.runtime._journal_pg import PgJournal
-
+        try:
+            from proctor.runtime._journal_pg import PgJournal
+        except ModuleNotFoundError as exc:
+            if exc.name != "asyncpg":
+                raise
+            raise ConfigError(
+                "a postgresql:// journal needs the asyncpg package: "
+                "pip install 'proctor[postgresql]' (or asyncpg)"
+            ) from exc
         journal = await PgJournal.open(os.fspath(target), synchronous=synchronous)
     else:
         journal = await Journal.open(target, synchronous=synchronous)
