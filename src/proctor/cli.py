@@ -501,6 +501,60 @@ def amend_command(
     click.echo(f"amended the contract of run {full}; a running controller applies it next step")
 
 
+@main.command("submit")
+@click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path))
+@_JOURNAL
+def submit_command(task_file: Path, journal: str) -> None:
+    """Queue the task in TASK_FILE for a worker (`proctor worker`)."""
+    from proctor.runtime._worker import submit
+
+    try:
+        loaded = load_task(task_file)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+
+    async def go() -> str:
+        return await submit(loaded.task, journal, loaded.actor.describe())
+
+    click.echo(_guard(go))
+
+
+@main.command("worker")
+@_JOURNAL
+@click.option("--id", "worker", help="This worker's name (default: host:pid).")
+@click.option(
+    "--lease", default=30.0, show_default=True, help="Lease seconds, renewed every third."
+)
+@click.option("--once", is_flag=True, help="Exit when there is nothing to claim.")
+@click.option("--max-runs", type=int, help="Exit after this many runs.")
+def worker_command(
+    journal: str, worker: str | None, lease: float, once: bool, max_runs: int | None
+) -> None:
+    """Claim queued runs from the journal and run them, one at a time."""
+    from proctor.runtime._worker import work
+
+    _find_python_first()
+    console = Console(highlight=False)
+    _, on_step = _live(Console(file=sys.stderr, highlight=False, force_terminal=False))
+
+    async def go() -> Any:
+        return await work(
+            journal,
+            worker=worker,
+            lease_seconds=lease,
+            once=once,
+            max_runs=max_runs,
+            on_step=on_step,
+        )
+
+    stats = _guard(go)
+    for result in stats.finished:
+        console.print(f"{result.run_id}  {result.disposition.value}", markup=False)
+    for run_id in stats.lost:
+        console.print(f"{run_id}  lost (another worker took it over)", markup=False)
+
+
 @main.command("retune")
 @click.argument("run_id")
 @_JOURNAL

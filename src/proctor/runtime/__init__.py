@@ -46,6 +46,9 @@ from proctor.runtime._toolspec import ToolSpec as ToolSpec
 from proctor.runtime._trajectory import parse_trajectory as parse_trajectory
 from proctor.runtime._trajectory import read_trajectory as read_trajectory
 from proctor.runtime._trajectory import replay as replay
+from proctor.runtime._worker import WorkerStats as WorkerStats
+from proctor.runtime._worker import submit as submit
+from proctor.runtime._worker import work as work
 
 __all__ = (
     "Actor",
@@ -84,6 +87,7 @@ __all__ = (
     "ToolSpec",
     "ToolStatus",
     "TraceRecord",
+    "WorkerStats",
     "amend",
     "load_script",
     "load_task",
@@ -94,4 +98,6 @@ __all__ = (
     "resume",
     "retune",
     "run",
+    "submit",
+    "work",
 )

@@ -34,7 +34,7 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from proctor._errors import BudgetError, EffectError, FencedError, WorkspaceError
+from proctor._errors import BudgetError, EffectError, FencedError, ProctorError, WorkspaceError
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -67,7 +67,7 @@ from proctor.runtime._effects import (
     verdict_state,
 )
 from proctor.runtime._history import load_effects, load_history
-from proctor.runtime._journal import JournalLike, open_journal
+from proctor.runtime._journal import Claimed, JournalLike, open_journal
 from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
 from proctor.runtime._normalize import canonical_json, fingerprint
 from proctor.runtime._operator import apply_amendment
@@ -845,6 +845,13 @@ class Controller:
         self.actor_scope.cancel()
 
 
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
+
+
 def _describe(call: ToolCall, result: ToolResult) -> str:
     head = f"{call.tool} {canonical_json(call.args)[:200]} -> {result.status.value}"
     if result.exit_code is not None:
@@ -996,6 +1003,7 @@ async def start_run(
     run_id: str | None = None,
     parent_run_id: str | None = None,
     actor_spec: Mapping[str, Any] | None = None,
+    claimed: Claimed | None = None,
 ) -> RunResult:
     """
     Run ``actor`` on ``task`` with an open journal; see :func:`run`.
@@ -1003,14 +1011,28 @@ async def start_run(
     Args:
         parent_run_id: set for a resumed run: the workspace is taken as it stands
             and the task's history is inherited from the journal.
+        claimed: a queued run a worker claimed: the run goes on under the claim's
+            epoch. A run taken over from another worker (``previous_epoch`` > 0)
+            inherits its own history as well as the task's, like a resume.
     """
+    if claimed is not None:
+        run_id = claimed.run_id
     registry = tools if tools is not None else ToolRegistry.builtin()
     run_id = run_id or uuid.uuid4().hex
     task_id = task.task_id or uuid.uuid4().hex
     structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)
     try:
         return await _run(
-            task, actor, journal, registry, on_step, run_id, task_id, parent_run_id, actor_spec
+            task,
+            actor,
+            journal,
+            registry,
+            on_step,
+            run_id,
+            task_id,
+            parent_run_id,
+            actor_spec,
+            claimed,
         )
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "task_id")
@@ -1026,18 +1048,24 @@ async def _run(
     task_id: str,
     parent_run_id: str | None = None,
     actor_spec: Mapping[str, Any] | None = None,
+    claimed: Claimed | None = None,
 ) -> RunResult:
-    if parent_run_id is None:
+    takeover = claimed is not None and claimed.previous_epoch > 0
+    inherits = parent_run_id is not None or takeover
+    if not inherits:
         await anyio.to_thread.run_sync(prepare_workspace, task)
     await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
-    epoch = await journal.create_run(
-        run_id,
-        task_id,
-        policy=task.policy.settings(),
-        policy_version=task.policy.version,
-        host=socket.gethostname(),
-        parent_run_id=parent_run_id,
-    )
+    if claimed is not None:
+        epoch = claimed.epoch
+    else:
+        epoch = await journal.create_run(
+            run_id,
+            task_id,
+            policy=task.policy.settings(),
+            policy_version=task.policy.version,
+            host=socket.gethostname(),
+            parent_run_id=parent_run_id,
+        )
     spent = await journal.spend_totals(task_id)
     ledger = Ledger(task.budget, dict(spent))
 
@@ -1070,11 +1098,11 @@ async def _run(
     greeting = ""
     effects = EffectLedger()
     step_base = 0
-    if parent_run_id is None:
+    if not inherits:
         baseline = hasher.files()
         await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
     else:
-        history = await load_history(journal, task_id, run_id, judge)
+        history = await load_history(journal, task_id, None if takeover else run_id, judge)
         baseline, greeting = history.baseline, history.summary
         effects = await load_effects(journal, task_id)
         step_base = history.steps
@@ -1108,6 +1136,9 @@ async def _run(
         step_base=step_base,
     )
     controller.remaining = ledger.remaining()
+    if takeover:
+        # The same run goes on under a new epoch: its step numbers go on too.
+        controller.step = len(await journal.steps(run_id))
 
     if controller.estimate is not None:
         # A model with no known or declared price fails here, before anything runs.
@@ -1117,19 +1148,27 @@ async def _run(
         with actor_scope:
             await run_actor(actor, obs_rx, proposals)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(actor_task, inbox_tx.clone())
-        tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
-        tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
-        inbox_tx.close()
-        try:
-            async with inbox_rx, obs_tx, ver_tx, acc_tx:
-                await controller.run(greeting)
-        finally:
-            # Ending a run ends its children: nothing is orphaned.
-            with anyio.move_on_after(10, shield=True):
-                await groups.terminate_all()
-            actor_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(actor_task, inbox_tx.clone())
+            tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
+            tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
+            inbox_tx.close()
+            try:
+                async with inbox_rx, obs_tx, ver_tx, acc_tx:
+                    await controller.run(greeting)
+            finally:
+                # Ending a run ends its children: nothing is orphaned.
+                with anyio.move_on_after(10, shield=True):
+                    await groups.terminate_all()
+                actor_scope.cancel()
+    except BaseExceptionGroup as group:
+        # One proctor error (a lost lease's fence, a broken journal) is the run's
+        # error: the caller sees it as such, not wrapped in a group.
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], ProctorError):
+            raise leaves[0] from group
+        raise
 
     handoff = controller.handoff
     assert judge.disposition is not None

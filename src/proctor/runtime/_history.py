@@ -104,14 +104,17 @@ async def load_effects(journal: JournalLike, task_id: str) -> EffectLedger:
     return EffectLedger.from_records(records)
 
 
-async def load_history(journal: JournalLike, task_id: str, run_id: str, judge: Judge) -> History:
+async def load_history(
+    journal: JournalLike, task_id: str, run_id: str | None, judge: Judge
+) -> History:
     """
     Feed the task's earlier runs to ``judge`` and describe them for the actor.
 
     Args:
         journal: the journal.
         task_id: the task.
-        run_id: the new run (left out of the history).
+        run_id: the new run (left out of the history); None keeps every run (a run
+            taken over from another worker goes on with its own history).
         judge: a fresh decision core for the task; it is fed the history.
     """
     current = judge.digest

@@ -23,14 +23,25 @@ All SQL lives in :class:`_Sql` and :data:`_MIGRATIONS`; the PostgreSQL backend
 interface with its own SQL, and :func:`open_journal` picks the backend from the
 target. ``sqlite3`` errors never leave this module: they become
 :class:`~proctor.JournalError` naming the journal's path, chained to the original.
+
+A test hook simulates a host that dies at a journal boundary. Every write
+method passes a boundary immediately before and immediately after its commit
+(``put_task:before``, ``put_task:after``, ``record_dispatch:before``, ...).
+When the environment variable ``PROCTOR_CRASH_AT`` holds an integer n at import,
+the n-th boundary this process passes appends its label to the file named by
+``PROCTOR_CRASH_LOG`` (when set) and kills the process with SIGKILL. The
+variables are read once, at import; unset, a boundary costs a None check.
+Nothing but tests sets them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
+import signal
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -98,6 +109,42 @@ _QUEUED = "queued"
 
 #: The URL schemes that select the PostgreSQL journal.
 _POSTGRES_SCHEMES: tuple[str, ...] = ("postgresql://", "postgres://")
+
+# --------------------------------------------------------------------------------------
+# The crash-point hook, read only by tests (see the module docstring)
+# --------------------------------------------------------------------------------------
+
+
+def _crash_at_from_env() -> int | None:
+    value = os.environ.get("PROCTOR_CRASH_AT")
+    if value is None or not value.strip():
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(
+            f"PROCTOR_CRASH_AT must be an integer (the journal boundary to die at), got {value!r}"
+        ) from None
+
+
+_CRASH_AT = _crash_at_from_env()
+_CRASH_LOG = os.environ.get("PROCTOR_CRASH_LOG")
+_crash_count = itertools.count(1)
+
+
+def _crash_point(label: str) -> None:
+    """Pass a journal boundary: at the one ``PROCTOR_CRASH_AT`` names, die as a host would."""
+    if _CRASH_AT is None:
+        return
+    if next(_crash_count) != _CRASH_AT:
+        return
+    if _CRASH_LOG:
+        with open(_CRASH_LOG, "a", encoding="utf-8") as log_file:
+            log_file.write(label + "\n")
+            log_file.flush()
+            os.fsync(log_file.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)
+
 
 # --------------------------------------------------------------------------------------
 # SQL: the schema and every statement. Nothing outside this section spells SQL.
@@ -806,6 +853,7 @@ class Journal:
             await db.executescript(_Sql.setup + _Sql.synchronous(self._synchronous))
             version = await self._schema_version(db)
             if version < SCHEMA_VERSION:
+                _crash_point("migrate:before")
                 async with self._transaction(db):
                     # Read again under the write lock: another process may have
                     # migrated the journal since.
@@ -814,6 +862,7 @@ class Journal:
                         await self._apply(db, migration)
                     if version < SCHEMA_VERSION:
                         await db.execute(_Sql.set_user_version(SCHEMA_VERSION))
+                _crash_point("migrate:after")
                 if version < SCHEMA_VERSION:
                     log.info(
                         "journal.migrated",
@@ -950,7 +999,9 @@ class Journal:
             "now": time.time(),
         }
         async with self._use(f"record task {task_id}") as db:
+            _crash_point("put_task:before")
             await db.execute(_Sql.put_task, params)
+            _crash_point("put_task:after")
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
         """
@@ -1005,7 +1056,9 @@ class Journal:
         what = f"create run {run_id}"
         async with self._use(what) as db:
             try:
+                _crash_point("create_run:before")
                 rows = list(await db.execute_fetchall(_Sql.create_run, params))
+                _crash_point("create_run:after")
             except sqlite3.IntegrityError as exc:
                 if _is_duplicate(exc):
                     why = f"run {run_id!r} already exists"
@@ -1056,7 +1109,9 @@ class Journal:
         what = "end"
         async with self._use(f"end run {run_id}") as db:
             async with self._durable(db):
+                _crash_point("end_run:before")
                 cursor = await db.execute(_Sql.end_run, params)
+                _crash_point("end_run:after")
             if cursor.rowcount != 1:
                 status, current = await self._diagnose_run(db, run_id, what)
                 raise self._fenced(run_id, epoch, status, current, what)
@@ -1117,7 +1172,9 @@ class Journal:
         what = f"submit run {run_id}"
         async with self._use(what) as db:
             try:
+                _crash_point("submit_run:before")
                 await db.execute(_Sql.submit_run, params)
+                _crash_point("submit_run:after")
             except sqlite3.IntegrityError as exc:
                 if not _is_duplicate(exc):
                     why = f"task {task_id!r} is not in the journal"
@@ -1150,12 +1207,14 @@ class Journal:
         _check_worker(worker)
         _check_lease(lease_seconds)
         async with self._use("claim a run") as db, self._durable(db), self._transaction(db):
+            _crash_point("claim_run:before")
             picked = list(await db.execute_fetchall(_Sql.claim_pick))
             if not picked:
                 return None
             run_id, previous = picked[0]
             params = {"run_id": run_id, "worker": worker, "lease_seconds": float(lease_seconds)}
             taken = list(await db.execute_fetchall(_Sql.claim_take, params))
+        _crash_point("claim_run:after")
         task_id, epoch = taken[0]
         claimed = Claimed(run_id, task_id, int(epoch), int(previous))
         log.info("journal.claimed", run_id=run_id, worker=worker, epoch=claimed.epoch)
@@ -1177,7 +1236,9 @@ class Journal:
         params = {"run_id": run_id, "epoch": epoch, "lease_seconds": float(lease_seconds)}
         what = "renew the lease"
         async with self._use(f"{what} of run {run_id}") as db:
+            _crash_point("renew_lease:before")
             cursor = await db.execute(_Sql.renew_lease, params)
+            _crash_point("renew_lease:after")
             if cursor.rowcount == 1:
                 return True
             await self._diagnose_run(db, run_id, what)
@@ -1195,7 +1256,9 @@ class Journal:
         """
         what = "release"
         async with self._use(f"{what} run {run_id}") as db:
+            _crash_point("release_run:before")
             cursor = await db.execute(_Sql.release_run, {"run_id": run_id, "epoch": epoch})
+            _crash_point("release_run:after")
             if cursor.rowcount != 1:
                 await self._diagnose_run(db, run_id, what)
 
@@ -1218,7 +1281,9 @@ class Journal:
         what = f"append step {params['step']}"
         async with self._use(f"{what} of run {run_id}") as db:
             try:
+                _crash_point("append_step:before")
                 cursor = await db.execute(_Sql.append_step, params)
+                _crash_point("append_step:after")
             except sqlite3.IntegrityError as exc:
                 raise self._duplicate_step(run_id, what, exc) from exc
             if cursor.rowcount != 1:
@@ -1243,11 +1308,13 @@ class Journal:
         what = f"append steps {params[0]['step']}..{params[-1]['step']}"
         async with self._use(f"{what} of run {run_id}") as db:
             try:
+                _crash_point("append_steps:before")
                 async with self._transaction(db):
                     cursor = await db.executemany(_Sql.append_step, params)
                     if cursor.rowcount != len(params):
                         status, current = await self._diagnose_run(db, run_id, what)
                         raise self._fenced(run_id, epoch, status, current, what)
+                _crash_point("append_steps:after")
             except sqlite3.IntegrityError as exc:
                 raise self._duplicate_step(run_id, what, exc) from exc
 
@@ -1305,7 +1372,9 @@ class Journal:
         what = f"dispatch of effect {key}"
         async with self._use(f"record {what}") as db:
             async with self._durable(db):
+                _crash_point("record_dispatch:before")
                 cursor = await db.execute(_Sql.record_dispatch, params)
+                _crash_point("record_dispatch:after")
             if cursor.rowcount == 1:
                 return
             rows = list(await db.execute_fetchall(_Sql.dispatch_check, params))
@@ -1357,7 +1426,9 @@ class Journal:
         what = f"settle effect {key}"
         sql = _Sql.settle_effect_fenced if fenced else _Sql.settle_effect
         async with self._use(what) as db:
+            _crash_point("settle_effect:before")
             cursor = await db.execute(sql, params)
+            _crash_point("settle_effect:after")
             if cursor.rowcount == 1:
                 return
             known = list(await db.execute_fetchall(_Sql.effect_exists, (key,)))
@@ -1425,7 +1496,9 @@ class Journal:
             "record": _dump(record),
         }
         async with self._use(f"add evidence to run {run_id}") as db:
+            _crash_point("add_evidence:before")
             await db.execute(_Sql.add_evidence, params)
+            _crash_point("add_evidence:after")
 
     async def evidence(
         self, *, run_id: str | None = None, task_id: str | None = None
@@ -1480,7 +1553,9 @@ class Journal:
             "now": time.time(),
         }
         async with self._use(f"add spend of run {run_id}") as db:
+            _crash_point("add_spend:before")
             await db.execute(_Sql.add_spend, params)
+            _crash_point("add_spend:after")
 
     async def spend_totals(
         self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
@@ -1495,13 +1570,17 @@ class Journal:
     async def record_process(self, run_id: str, pgid: int, command: str) -> None:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as db:
+            _crash_point("record_process:before")
             await db.execute(_Sql.record_process, (run_id, pgid, command, time.time()))
+            _crash_point("record_process:after")
 
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:
         """Mark the latest open record of a process group as ended; nothing if none is open."""
         params = {"run_id": run_id, "pgid": pgid, "how": how, "now": time.time()}
         async with self._use(f"end process group {pgid} of run {run_id}") as db:
+            _crash_point("end_process:before")
             await db.execute(_Sql.end_process, params)
+            _crash_point("end_process:after")
 
     async def processes(self, run_id: str) -> list[ProcessRow]:
         """Return a run's process groups in the order they started."""
@@ -1514,7 +1593,9 @@ class Journal:
     async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
         """Journal a miscellaneous event of a run (an amendment, a retuning, ...)."""
         async with self._use(f"add note to run {run_id}") as db:
+            _crash_point("add_note:before")
             await db.execute(_Sql.add_note, (run_id, kind, _dump(body), time.time()))
+            _crash_point("add_note:after")
 
     async def notes(self, run_id: str) -> list[dict[str, Any]]:
         """Return a run's notes in order, as ``{id, run_id, kind, body, at}``."""

@@ -1,0 +1,3 @@
+from benchmarks import bench_progress
+
+print(bench_progress.SIZES)

@@ -1,0 +1,311 @@
+from __future__ import annotations
+
+import functools
+import shlex
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters, types
+
+from proctor import CommandCheck, Disposition, Task, ToolCall
+from proctor._errors import ConfigError
+from proctor.runtime import ObservationKind, RunResult, ToolStatus, open_journal, run
+from proctor.runtime._gateway import (
+    GATEWAY_TOOLS,
+    START_URI,
+    GatewayActor,
+    load_gateway_task,
+    serve_gateway,
+)
+
+PY = sys.executable
+PYTEST = f"{shlex.quote(PY)} -m pytest -q -p no:cacheprovider"
+BUILTIN = {"read_file", "write_file", "edit_file", "delete_file", "list_files", "run_command"}
+TEST_FILE = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+
+
+def _project(root: Path) -> Path:
+    """A small project whose test fails: add() subtracts."""
+    (root / "tests").mkdir(parents=True)
+    (root / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (root / "tests" / "test_calc.py").write_text(TEST_FILE)
+    (root / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+    return root
+
+
+def _task(root: Path) -> Task:
+    return Task(
+        goal="Make the test suite pass without changing tests/",
+        workspace=root,
+        checks=[CommandCheck("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])],
+        protected=["tests/**"],
+    )
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+def _structured(result: types.CallToolResult) -> dict[str, Any]:
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+@asynccontextmanager
+async def _http_gateway(
+    task: Task, journal: Path, outcome: list[RunResult]
+) -> AsyncIterator[Client]:
+    """Serve ``task`` over HTTP and connect the official MCP client to it."""
+    stop = anyio.Event()
+    urls: list[str] = []
+    listening = anyio.Event()
+
+    def ready(url: str) -> None:
+        urls.append(url)
+        listening.set()
+
+    async def serve() -> None:
+        outcome.append(
+            await serve_gateway(task, journal, transport="http", ready=ready, stop=stop)
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        await listening.wait()
+        assert urls[0].startswith("http://127.0.0.1:")
+        async with Client(urls[0]) as client:
+            yield client
+        stop.set()
+
+
+async def test_an_mcp_client_over_http_repairs_a_project_under_the_controller(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    outcome: list[RunResult] = []
+    with anyio.fail_after(15):
+        async with _http_gateway(_task(root), journal, outcome) as client:
+            assert client.instructions is not None
+            assert "Make the test suite pass" in client.instructions
+            assert "tests/**" in client.instructions
+            listed = await client.list_tools()
+            assert {t.name for t in listed.tools} == BUILTIN | set(GATEWAY_TOOLS)
+            read = next(t for t in listed.tools if t.name == "read_file")
+            assert read.input_schema["required"] == ["path"]
+
+            first = await client.call_tool("read_file", {"path": "calc.py"})
+            assert not first.is_error
+            # The run's first observation opens the first result.
+            assert _text(first).startswith("Goal: Make the test suite pass")
+            assert "return a - b" in _text(first)
+            assert "status: ok" in _text(first)
+
+            protected = await client.call_tool(
+                "write_file", {"path": "tests/test_calc.py", "content": "def test_add(): pass\n"}
+            )
+            assert protected.is_error
+            assert "protected" in _text(protected)
+            assert _structured(protected)["status"] == "refused"
+            assert (root / "tests" / "test_calc.py").read_text() == TEST_FILE
+
+            edit = await client.call_tool(
+                "edit_file", {"path": "calc.py", "old": "a - b", "new": "a + b"}
+            )
+            assert not edit.is_error, _text(edit)
+            tests = await client.call_tool("run_command", {"cmd": PYTEST})
+            assert not tests.is_error, _text(tests)
+            assert "exit code 0" in _text(tests)
+            assert "1 passed" in _text(tests)
+
+            submitted = await client.call_tool("submit", {"summary": "add() adds"})
+            assert not submitted.is_error, _text(submitted)
+            assert "the run has ended: completed" in _text(submitted)
+            assert _structured(submitted)["disposition"] == "completed"
+
+            # After the end: the fence, at once, and nothing is written.
+            late = await client.call_tool("write_file", {"path": "calc.py", "content": "oops\n"})
+            assert late.is_error
+            assert "fence: the run has ended: completed" in _text(late)
+            assert (root / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+            start = await client.read_resource(START_URI)
+            content = start.contents[0]
+            assert isinstance(content, types.TextResourceContents)
+            assert content.text.startswith("Goal: Make the test suite pass")
+
+    result = outcome[0]
+    assert result.disposition is Disposition.COMPLETED
+    async with open_journal(journal) as j:
+        row = await j.get_run(result.run_id)
+        steps = await j.steps(result.run_id)
+    assert row.disposition == "completed"
+    actions = [(s["action"], s["tool_status"]) for s in steps if s["kind"] == "action"]
+    assert [status for _, status in actions] == ["ok", "refused", "ok", "ok"]
+    assert "write_file" in (actions[1][0] or "")
+    assert [s["kind"] for s in steps].count("completion") == 1
+    assert steps[-1]["disposition"] == "completed"
+
+
+async def test_a_client_that_repeats_itself_is_refused_then_stopped_with_no_progress(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    outcome: list[RunResult] = []
+    answers: list[types.CallToolResult] = []
+    with anyio.fail_after(15):
+        async with _http_gateway(_task(root), journal, outcome) as client:
+            for _ in range(10):
+                answer = await client.call_tool("read_file", {"path": "calc.py"})
+                answers.append(answer)
+                if _structured(answer)["disposition"] is not None:
+                    break
+            late = await client.call_tool("list_files", {"path": "."})
+
+    last = answers[-1]
+    # The policy steered first, then refused the repeat as it stopped the run.
+    assert any("[proctor]" in _text(a) and not a.is_error for a in answers[:-1])
+    assert last.is_error
+    assert "refused: repeat: this exact call made no progress" in _text(last)
+    assert "the run has ended: no_progress" in _text(last)
+    assert _structured(last)["status"] == "refused"
+    assert late.is_error
+    assert "fence: the run has ended: no_progress" in _text(late)
+
+    result = outcome[0]
+    assert result.disposition is Disposition.NO_PROGRESS
+    assert result.stop_reason is not None
+    assert result.stop_reason.code == "stall"
+    async with open_journal(journal) as j:
+        assert (await j.get_run(result.run_id)).disposition == "no_progress"
+
+
+STDIO_SERVER = """
+import functools, sys
+import anyio, structlog
+structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+from proctor import CommandCheck, Task
+from proctor.runtime._gateway import serve_gateway
+workspace, journal = sys.argv[1], sys.argv[2]
+task = Task(
+    goal="Make the test suite pass without changing tests/",
+    workspace=workspace,
+    checks=[CommandCheck("tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])],
+    protected=["tests/**"],
+)
+result = anyio.run(functools.partial(serve_gateway, task, journal, transport="stdio"))
+print("gateway: the run ended", result.disposition.value, file=sys.stderr)
+"""
+
+
+async def test_an_mcp_client_over_stdio_drives_a_gateway_process(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    params = StdioServerParameters(
+        command=PY, args=["-c", STDIO_SERVER, str(root), str(journal)], cwd=str(tmp_path)
+    )
+    with anyio.fail_after(15):
+        async with Client(params) as client:
+            listed = await client.list_tools()
+            assert {t.name for t in listed.tools} == BUILTIN | set(GATEWAY_TOOLS)
+            edit = await client.call_tool(
+                "edit_file", {"path": "calc.py", "old": "a - b", "new": "a + b"}
+            )
+            assert not edit.is_error, _text(edit)
+            assert "Goal: Make the test suite pass" in _text(edit)
+            submitted = await client.call_tool("submit", {})
+            assert not submitted.is_error, _text(submitted)
+            assert "the run has ended: completed" in _text(submitted)
+            late = await client.call_tool("delete_file", {"path": "calc.py"})
+            assert late.is_error
+            assert "fence: the run has ended: completed" in _text(late)
+        # The client closed the gateway's stdin: the process has gone.
+    assert (root / "calc.py").is_file()
+    async with open_journal(journal) as j:
+        runs = await j.list_runs()
+    assert [r.disposition for r in runs] == ["completed"]
+
+
+async def test_concurrent_calls_are_proposed_one_at_a_time_in_arrival_order(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path / "p")
+    for name in "abc":
+        (root / f"{name}.txt").write_text(f"file {name}\n")
+    actor = GatewayActor()
+    answers: dict[str, str] = {}
+
+    async def read(name: str) -> None:
+        observation = await actor.call(ToolCall("read_file", {"path": f"{name}.txt"}))
+        answers[name] = observation.results[0].output
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            outcome: list[RunResult] = []
+
+            async def go() -> None:
+                outcome.append(await run(_task(root), actor, tmp_path / "j.db"))
+
+            tg.start_soon(go)
+            for name in "cab":
+                tg.start_soon(read, name)
+                # Each call arrives before the next one is made.
+                await anyio.wait_all_tasks_blocked()
+            await actor.wait_started()
+            while len(answers) < 3:
+                await anyio.wait_all_tasks_blocked()
+            assert answers == {n: f"file {n}\n" for n in "abc"}
+            actor.disconnect()
+    # The client left: the candidate was verified as it stands, and fails.
+    result = outcome[0]
+    assert result.disposition is Disposition.FAILED
+    assert result.stop_reason is not None
+    assert result.stop_reason.code == "actor_finished"
+    async with open_journal(tmp_path / "j.db") as j:
+        steps = await j.steps(result.run_id)
+    reads = [s["action"] for s in steps if s["kind"] == "action"]
+    assert [next(n for n in "abc" if f"{n}.txt" in (a or "")) for a in reads] == ["c", "a", "b"]
+    # After the end, a call is answered at once by the fence.
+    fenced = await actor.call(ToolCall("read_file", {"path": "a.txt"}))
+    assert fenced.kind is ObservationKind.REFUSAL
+    assert fenced.disposition is Disposition.FAILED
+    assert fenced.results[0].status is ToolStatus.REFUSED
+    assert fenced.text.startswith("fence: the run has ended: failed")
+
+
+def test_a_task_file_without_an_actor_table_loads_for_the_gateway(tmp_path: Path) -> None:
+    _project(tmp_path / "p")
+    path = tmp_path / "task.toml"
+    path.write_text(
+        '[task]\ngoal = "fix it"\nworkspace = "p"\n\n[[checks]]\nname = "tests"\n'
+        'run = ["python", "-m", "pytest"]\n\n[contract]\nprotected = ["tests/**"]\n'
+    )
+    task = load_gateway_task(path)
+    assert task.goal == "fix it"
+    assert task.workspace == (tmp_path / "p").resolve()
+    assert task.protected == ("tests/**",)
+    path.write_text('[task]\ngoal = "fix it"\nworkspace = "p"\nbogus = 1\n')
+    with pytest.raises(ConfigError, match=r"task\.toml:4: task\.bogus: unknown key"):
+        load_gateway_task(path)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"transport": "http", "host": "0.0.0.0"}, "loopback address only"),
+        ({"transport": "ws"}, "transport must be 'stdio' or 'http'"),
+    ],
+)
+async def test_the_gateway_refuses_what_it_cannot_serve_safely(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    serve: Callable[..., Any] = functools.partial(serve_gateway, _task(_project(tmp_path / "p")))
+    with pytest.raises(ConfigError, match=message):
+        await serve(tmp_path / "j.db", **kwargs)
+    assert not (tmp_path / "j.db").exists()
