@@ -24,6 +24,7 @@ Run it through ``python benchmarks/run.py --only concurrency``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -36,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 from benchmarks.bench_loop import counting_actor, noop_registry, noop_task, quiet_logs
+
 from proctor import FunctionActor, Observation, Proposal, Task, ToolCall, run
 from proctor.runtime import ToolRegistry
 
@@ -54,7 +55,13 @@ def _rss() -> int:
 
 
 async def concurrent_runs(
-    runs: int, steps: int, root: Path, *, shared: bool = False, trace: bool = False
+    runs: int,
+    steps: int,
+    root: Path,
+    *,
+    shared: bool = False,
+    trace: bool = False,
+    window: contextlib.AbstractContextManager[object] | None = None,
 ) -> dict[str, Any]:
     """
     Start ``runs`` runs under ``root``, park them, measure, release them, time their steps.
@@ -65,6 +72,7 @@ async def concurrent_runs(
         root: an empty directory.
         shared: all runs journal in one file (one connection each) instead of one file each.
         trace: trace Python allocations while the runs start.
+        window: entered at the release, left when the last run ended (a profiler).
 
     Returns:
         ``start_s`` (until all are parked), ``rss_per_run`` and ``heap_per_run``
@@ -107,6 +115,7 @@ async def concurrent_runs(
     heap_before = tracemalloc.get_traced_memory()[0] if trace else 0
     rss_before = _rss()
     start = time.perf_counter()
+    stack = contextlib.ExitStack()
     async with anyio.create_task_group() as tg:
         for task, act, journal in tasks:
             tg.start_soon(_one, task, act, journal, registry)
@@ -116,8 +125,11 @@ async def concurrent_runs(
         heap = tracemalloc.get_traced_memory()[0] - heap_before if trace else 0
         if trace:
             tracemalloc.stop()
+        if window is not None:
+            stack.enter_context(window)
         release.set()
     done_at = time.perf_counter()
+    stack.close()
     return {
         "runs": runs,
         "steps": steps,

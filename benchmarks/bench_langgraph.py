@@ -36,6 +36,7 @@ from typing import Any, Literal, TypedDict
 
 import aiosqlite
 import anyio
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -80,7 +81,7 @@ def _graph(steps: int, saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[An
     return graph.compile(checkpointer=saver)
 
 
-def _settings(steps: int) -> dict[str, Any]:
+def _settings(steps: int) -> RunnableConfig:
     # Two super-steps per tool step, and a margin.
     return {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * steps + 10}
 

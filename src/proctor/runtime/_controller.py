@@ -438,6 +438,17 @@ class Controller:
             await self._verify()
         else:
             await self._settle(step_grant, {"steps": 1.0})
+            if self.judge.actions == 0 and self.task.kind == "build" and self.task.checks:
+                # Evidence "already obtained" with nothing tried: every permitted path was
+                # skipped. (A live guard: a recorded trajectory is judged by its claims.)
+                ruling = Ruling(
+                    Decision.REFUSE,
+                    False,
+                    "claim refused: nothing was tried yet; read the relevant files and run "
+                    "the checks first, then claim with the evidence they gave",
+                )
+                await self._report(await self._record("claim", ruling), ruling)
+                return
             ruling = self.judge.claim(proposal)
             event = {
                 "type": "claim",

@@ -753,15 +753,6 @@ class Judge:
                 "(the unmet condition, the evidence already obtained, and why no permitted "
                 "action can resolve it)",
             )
-        if self.actions == 0 and self.task.kind == "build" and self.task.checks:
-            # Evidence "already obtained" with nothing tried: every permitted path was skipped.
-            self._count(False)
-            return Ruling(
-                Decision.REFUSE,
-                False,
-                "claim refused: nothing was tried yet; read the relevant files and run the "
-                "checks first, then claim with the evidence they gave",
-            )
         disposition = Disposition.BLOCKED if claim.status == "blocked" else Disposition.NEEDS_INPUT
         return self._finish(
             disposition,

@@ -1,0 +1,236 @@
+"""
+Resume of a run with a long history: the time until the actor's first observation.
+
+The history is one run of 100,000 steps, written with the journal's own API:
+the task and its run, the start note, the steps in batches
+(``Journal.append_steps``), shaped as the controller writes them (each is a
+real trace record of a ``noop`` call, taken from a real run, with its own
+step, arguments, action and time), one settlement of spend per step (steps,
+tool calls, wall and working time: five rows, as the accountant writes them),
+and every 1,000 steps a file write's effect (its note, its durable dispatch,
+its settlement). Then the run ends.
+
+A repetition copies that journal, calls :func:`proctor.resume` on the run with
+an actor that notes the time of its first ``propose`` and stops, and reports
+the time from the call to that first observation: opening the journal, reading
+the task, rebuilding the history (every step fed to a fresh decision core),
+the effect ledger and the spend, and starting the new run. The copy keeps
+every repetition's history the same.
+
+Run it through ``python benchmarks/run.py --only resume``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+from benchmarks.bench_loop import counting_actor, noop_registry, noop_task
+
+from proctor import FunctionActor, Observation, Proposal, ToolCall, resume, run
+from proctor._wire import to_jsonable
+from proctor.runtime import TraceRecord, open_journal
+from proctor.runtime._effects import args_hash, idempotency_key
+from proctor.runtime._judge import normalized_action
+from proctor.verifiers._candidate import TreeHasher
+
+__all__ = (
+    "History",
+    "build",
+    "build_history",
+    "resume_seconds",
+    "temporary_root",
+    "time_resume",
+)
+
+#: Steps per ``append_steps`` transaction.
+BATCH = 1_000
+#: One effect every this many steps.
+EFFECT_EVERY = 1_000
+
+
+@attrs.frozen
+class History:
+    """
+    A journal holding one ended run with a long history.
+
+    Args:
+        root: the directory it is in.
+        journal: the journal file.
+        run_id: the run.
+        steps: how many steps it has.
+        build_seconds: how long writing it took.
+    """
+
+    root: Path
+    journal: Path
+    run_id: str
+    steps: int
+    build_seconds: float
+
+    def copy(self, name: str) -> Path:
+        """Return a fresh copy of the journal file."""
+        target = self.root / f"{name}.db"
+        shutil.copyfile(self.journal, target)
+        return target
+
+
+async def _template(root: Path) -> dict[str, Any]:
+    """A real trace record of a ``noop`` call, as the controller journals it."""
+    records: list[TraceRecord] = []
+    workspace = root / "template-workspace"
+    workspace.mkdir()
+    await run(
+        noop_task(workspace),
+        counting_actor(1),
+        root / "template.db",
+        tools=noop_registry(),
+        on_step=records.append,
+    )
+    action = next(r for r in records if r.kind == "action")
+    record: dict[str, Any] = to_jsonable(action)
+    return record
+
+
+def _steps(template: dict[str, Any], run_id: str, steps: int) -> Iterator[dict[str, Any]]:
+    trace_id = uuid.uuid4().hex
+    at = time.time() - steps
+    event = template["event"]
+    for i in range(1, steps + 1):
+        call = ToolCall("noop", {"i": i})
+        yield {
+            **template,
+            "trace_id": trace_id,
+            "run_id": run_id,
+            "step": i,
+            "action": normalized_action(call),
+            "state_version": i,
+            "at": at + i,
+            "event": {**event, "args": {"i": i}},
+        }
+
+
+async def build_history(root: Path, steps: int) -> History:
+    """
+    Write a journal under ``root`` holding one ended run of ``steps`` steps.
+
+    Args:
+        root: an empty directory.
+        steps: how many steps the run has.
+    """
+    start = time.perf_counter()
+    template = await _template(root)
+    workspace = root / "workspace"
+    workspace.mkdir()
+    task = noop_task(workspace)
+    task_id = f"history-{uuid.uuid4().hex}"
+    run_id = uuid.uuid4().hex
+    path = root / "history.db"
+    settle = {
+        "steps": 1.0,
+        "tool_calls": 1.0,
+        "tool_calls:noop": 1.0,
+        "wall_seconds": 0.0011,
+        "working_seconds": 0.0011,
+    }
+    async with open_journal(path) as journal:
+        await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
+        epoch = await journal.create_run(
+            run_id,
+            task_id,
+            policy=task.policy.settings(),
+            policy_version=task.policy.version,
+            host="bench",
+        )
+        hasher = TreeHasher(workspace, task.ignore)
+        await journal.add_note(
+            run_id, "start", {"digest": hasher.digest(), "baseline": hasher.files()}
+        )
+        batch: list[dict[str, Any]] = []
+        for record in _steps(template, run_id, steps):
+            batch.append(record)
+            if len(batch) == BATCH:
+                await journal.append_steps(run_id, epoch, batch)
+                batch = []
+            await journal.add_spend(task_id, run_id, settle, "settle")
+            step = record["step"]
+            if step % EFFECT_EVERY == 0:
+                key = idempotency_key(task_id, step, 1)
+                args = {"path": f"out/{step}.txt", "content": f"step {step}\n"}
+                target = f"file:out/{step}.txt"
+                body = {
+                    "key": key,
+                    "tool": "write_file",
+                    "args": args,
+                    "target": target,
+                    "before": None,
+                    "intended": None,
+                }
+                await journal.add_note(run_id, "effect", body)
+                await journal.record_dispatch(
+                    run_id=run_id,
+                    epoch=epoch,
+                    key=key,
+                    task_id=task_id,
+                    step=step,
+                    tool="write_file",
+                    target=target,
+                    args_hash=args_hash(args),
+                )
+                await journal.settle_effect(key, "confirmed", {"status": "ok"})
+        await journal.append_steps(run_id, epoch, batch)
+        await journal.end_run(
+            run_id,
+            epoch,
+            disposition="stopped",
+            stop_reason={"code": "user_stop", "message": "stopped", "owner": "operator"},
+            candidate_digest=hasher.digest(),
+            handoff=None,
+        )
+    return History(root, path, run_id, steps, time.perf_counter() - start)
+
+
+async def time_resume(history: History, journal: Path) -> float:
+    """
+    Resume the history's run from ``journal``; return seconds until the first observation.
+
+    Raises:
+        RuntimeError: the first observation does not summarize the whole history.
+    """
+    first: float | None = None
+    text = ""
+
+    async def propose(observation: Observation) -> Proposal | None:
+        nonlocal first, text
+        if first is None:
+            first = time.perf_counter()
+            text = observation.text
+        return None
+
+    start = time.perf_counter()
+    await resume(history.run_id, FunctionActor(propose), journal, tools=noop_registry())
+    if first is None or f"{history.steps} step(s) journaled" not in text:
+        raise RuntimeError(f"the resumed run did not summarize its history: {text!r}")
+    return first - start
+
+
+def build(steps: int, root: Path) -> History:
+    """Build a history under ``root`` (synchronously)."""
+    return anyio.run(build_history, root, steps, backend="asyncio")
+
+
+def resume_seconds(history: History, name: str) -> float:
+    """Time one resume of a fresh copy of the history (synchronously)."""
+    return anyio.run(time_resume, history, history.copy(name), backend="asyncio")
+
+
+def temporary_root() -> tempfile.TemporaryDirectory[str]:
+    """A temporary directory for a history."""
+    return tempfile.TemporaryDirectory(prefix="proctor-bench-")
