@@ -9,8 +9,11 @@ the actor its observation. The tool is ``noop`` (a read that returns ``ok``) and
 each call has its own arguments, so the default progress policy sees new work
 at every step and lets the loop run its N steps; then the actor stops proposing.
 
-The time is that of the whole :func:`proctor.run` call: opening the journal,
-the run's set-up, N steps and the end of the run.
+Two rates come from each run: over the whole :func:`proctor.run` call (opening
+the journal, the run's set-up, N steps, the end of the run), and the steady
+state, between the first and the last step's trace records. The workspace is
+empty, or holds a tree of small source files (the run hashes it at its start,
+and journals its file list as the baseline of the scope check).
 
 The helpers here (the ``noop`` tool, its task, the counting actor, quiet logs)
 are shared by the other benchmarks. Run it through ``python benchmarks/run.py
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import structlog
 
 from proctor import FunctionActor, Observation, Proposal, Task, ToolCall, run
@@ -42,12 +46,14 @@ from proctor.runtime import (
 
 __all__ = (
     "NOOP_SPEC",
+    "LoopRate",
     "counting_actor",
     "noop_registry",
     "noop_task",
     "proctor_loop",
     "proctor_loop_at",
     "quiet_logs",
+    "source_tree",
 )
 
 NOOP_SPEC = ToolSpec(
@@ -98,23 +104,56 @@ def counting_actor(steps: int) -> FunctionActor:
     return FunctionActor(propose)
 
 
-async def proctor_loop_at(steps: int, root: Path, journal: str | Path | None = None) -> float:
+@attrs.frozen
+class LoopRate:
     """
-    Run the loop once under ``root``; return steps per second.
+    The rates of one loop, in tool steps per second.
+
+    Args:
+        whole: over the whole ``run`` call.
+        steady: between the first and the last step's trace records.
+    """
+
+    whole: float
+    steady: float
+
+
+def source_tree(workspace: Path, files: int) -> None:
+    """Fill ``workspace`` with ``files`` small Python files in 50 packages."""
+    for i in range(files):
+        package = workspace / f"pkg{i % 50}"
+        package.mkdir(exist_ok=True)
+        (package / f"mod_{i}.py").write_text(f"VALUE = {i}\n", encoding="utf-8")
+
+
+async def proctor_loop_at(
+    steps: int, root: Path, journal: str | Path | None = None, files: int = 0
+) -> LoopRate:
+    """
+    Run the loop once under ``root``.
 
     Args:
         steps: tool steps in the loop.
         root: an empty directory for the workspace and (by default) the journal.
         journal: where to journal instead (a PostgreSQL URL, for one).
+        files: small files in the workspace.
 
     Raises:
         RuntimeError: the run did not take the N steps (the policy stopped it).
     """
     workspace = root / "workspace"
     workspace.mkdir()
+    source_tree(workspace, files)
     target = root / "journal.db" if journal is None else journal
+    stamps: list[float] = []
     start = time.perf_counter()
-    result = await run(noop_task(workspace), counting_actor(steps), target, tools=noop_registry())
+    result = await run(
+        noop_task(workspace),
+        counting_actor(steps),
+        target,
+        tools=noop_registry(),
+        on_step=lambda record: stamps.append(time.perf_counter()),
+    )
     elapsed = time.perf_counter() - start
     # N action steps, then the step that records the actor's end.
     if result.steps != steps + 1:
@@ -122,10 +161,10 @@ async def proctor_loop_at(steps: int, root: Path, journal: str | Path | None = N
             f"the loop ran {result.steps} steps, not {steps + 1}: {result.disposition} "
             f"({result.stop_reason})"
         )
-    return steps / elapsed
+    return LoopRate(steps / elapsed, (steps - 1) / (stamps[steps - 1] - stamps[0]))
 
 
-def proctor_loop(steps: int) -> float:
-    """Run the loop once in a fresh temporary directory; return steps per second."""
+def proctor_loop(steps: int, files: int = 0) -> LoopRate:
+    """Run the loop once in a fresh temporary directory."""
     with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
-        return anyio.run(proctor_loop_at, steps, Path(tmp), backend="asyncio")
+        return anyio.run(proctor_loop_at, steps, Path(tmp), None, files, backend="asyncio")

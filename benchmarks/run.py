@@ -82,6 +82,7 @@ class Params:
         quick: a smoke run: smaller sizes, fewer repetitions.
         reps: repetitions of each benchmark.
         loop_steps: tool steps of one durable loop.
+        tree_files: files in the workspace of the loop in a source tree.
         effects: effects recorded per repetition of ``dispatch``.
         progress_sizes: the short and the long history of ``progress``.
         progress_steps: steps timed at each size, per repetition.
@@ -94,6 +95,7 @@ class Params:
     quick: bool
     reps: int
     loop_steps: int
+    tree_files: int
     effects: int
     progress_sizes: tuple[int, int]
     progress_steps: int
@@ -105,12 +107,12 @@ class Params:
     @classmethod
     def full(cls) -> Params:
         """The sizes the goals are stated for."""
-        return cls(False, 5, 1_000, 200, (100, 100_000), 2_000, 100_000, 1_000, 5, 100_000)
+        return cls(False, 5, 1_000, 5_000, 200, (100, 100_000), 2_000, 100_000, 1_000, 5, 100_000)
 
     @classmethod
     def smoke(cls) -> Params:
         """Small sizes for a smoke run: the figures are not comparable with the goals."""
-        return cls(True, 3, 100, 50, (100, 10_000), 500, 10_000, 100, 5, 2_000)
+        return cls(True, 3, 100, 1_000, 50, (100, 10_000), 500, 10_000, 100, 5, 2_000)
 
 
 @attrs.frozen
@@ -206,6 +208,8 @@ def _loop(p: Params) -> list[Figure]:
 
     note = f"{p.loop_steps:,} steps of a noop tool, SQLite file, whole run timed"
     proctor_rates: list[float] = []
+    steady: list[float] = []
+    tree: list[float] = []
     graph_rates: dict[str, list[float]] = {}
     missing: str | None = None
     try:
@@ -217,7 +221,10 @@ def _loop(p: Params) -> list[Figure]:
         configs = CONFIGS
     for _ in range(p.reps):
         # Interleaved, so that a slow moment of the machine touches every series.
-        proctor_rates.append(proctor_loop(p.loop_steps))
+        rate = proctor_loop(p.loop_steps)
+        proctor_rates.append(rate.whole)
+        steady.append(rate.steady)
+        tree.append(proctor_loop(p.loop_steps, p.tree_files).steady)
         if missing is None:
             for config in CONFIGS:
                 graph_rates.setdefault(config, []).append(langgraph_loop(p.loop_steps, config))
@@ -227,7 +234,21 @@ def _loop(p: Params) -> list[Figure]:
         "sync_api": "LangGraph, SqliteSaver (blocking), durability=sync, synchronous=NORMAL",
     }
     figures = [
-        Figure("loop.proctor", "Durable loop: proctor", "steps/s", tuple(proctor_rates), note=note)
+        Figure("loop.proctor", "Durable loop: proctor", "steps/s", tuple(proctor_rates), note=note),
+        Figure(
+            "loop.proctor_steady",
+            "Durable loop: proctor, steady state (first to last step)",
+            "steps/s",
+            tuple(steady),
+            note="the same runs, set-up and end left out",
+        ),
+        Figure(
+            "loop.proctor_tree",
+            f"Durable loop: proctor, steady state, workspace of {p.tree_files:,} files",
+            "steps/s",
+            tuple(tree),
+            note="the same loop in a workspace of small source files",
+        ),
     ]
     for name in configs:
         figures.append(
@@ -400,7 +421,7 @@ def _concurrency(p: Params) -> list[Figure]:
     from benchmarks.bench_concurrency import measure_in_child
 
     plain = [measure_in_child(p.runs, p.run_steps) for _ in range(p.reps)]
-    traced = [measure_in_child(p.runs, 0, trace=True) for _ in range(min(p.reps, 3))]
+    traced = [measure_in_child(p.runs, 0, trace=True) for _ in range(1 if p.quick else 3)]
     kib = 1024.0
     note = f"{p.runs:,} runs, one journal file each, a fresh process per repetition"
     return [
@@ -480,7 +501,8 @@ def _postgres(p: Params) -> list[Figure]:
 
     def loop(_: int) -> float:
         with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
-            return anyio.run(proctor_loop_at, p.loop_steps, Path(tmp), url, backend="asyncio")
+            rate = anyio.run(proctor_loop_at, p.loop_steps, Path(tmp), url, backend="asyncio")
+        return rate.whole
 
     samples: list[float] = []
     for _ in range(p.reps):
@@ -635,12 +657,12 @@ def _number(value: float) -> str:
         return f"{value:.1f}"
     if magnitude >= 1:
         return f"{value:.2f}"
-    return f"{value:.3g}"
+    return f"{value:#.3g}"
 
 
 def _row(figure: Figure) -> list[str]:
     if figure.skipped is not None:
-        return [figure.title, figure.skipped, "", figure.unit, figure.goal_text(), ""]
+        return [figure.title, "-", "", figure.unit, figure.goal_text(), figure.skipped]
     median = figure.median
     spread = figure.low_high
     met = figure.met
@@ -724,6 +746,7 @@ def machine() -> dict[str, Any]:
         "memory": _memory(),
         "platform": platform.platform(),
         "implementation": platform.python_implementation(),
+        "loadavg": list(os.getloadavg()),
     }
 
 
@@ -758,6 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(profile(name, params))
         return 0
     started = datetime.datetime.now(datetime.UTC)
+    before = machine()
     clock = time.perf_counter()
     figures, durations = measure(names, params)
     total = time.perf_counter() - clock
@@ -769,7 +793,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "quick": params.quick,
         "params": attrs.asdict(params),
-        "machine": machine(),
+        "machine": before,
+        "loadavg_after": list(os.getloadavg()),
         "versions": _versions(),
         "argv": list(sys.argv if argv is None else argv),
         "durations_s": {**durations, "total": round(total, 1)},

@@ -501,6 +501,64 @@ def amend_command(
     click.echo(f"amended the contract of run {full}; a running controller applies it next step")
 
 
+@main.command("gateway")
+@click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path))
+@_JOURNAL
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio: standard input and output; http: streamable HTTP on a loopback address.",
+)
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="For http: the loopback address."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="For http: the port (0: a free one). The URL is printed on standard output.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="For http: seconds the server keeps answering (with the fence) after the run ended.",
+)
+def gateway_command(
+    task_file: Path, journal: str, transport: str, host: str, port: int, grace: float
+) -> None:
+    """Serve the task in TASK_FILE over MCP: the MCP client is the run's actor."""
+    # Imported here: the MCP stack takes a second to import, and only this command needs it.
+    from proctor.runtime._gateway import load_gateway_task, serve_gateway
+
+    try:
+        task = load_gateway_task(task_file)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    _find_python_first()
+    # Standard output is the MCP wire over stdio: everything else goes to stderr.
+    console = Console(stderr=True, highlight=False)
+
+    async def go() -> Any:
+        return await serve_gateway(
+            task,
+            journal,
+            transport="http" if transport == "http" else "stdio",
+            host=host,
+            port=port,
+            grace=grace,
+            ready=click.echo,
+            handle_signals=True,
+        )
+
+    _report(go, console, None, False)
+
+
 @main.command("submit")
 @click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path))
 @_JOURNAL

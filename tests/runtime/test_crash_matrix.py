@@ -1,81 +1,113 @@
 """
 The crash matrix: the host dies at every journal boundary of a run, then the task is resumed.
 
-For n = 1, 2, 3, ... a fresh journal and workspace; the scenario
-(``tests/support/crash_scenario.py``) runs in a subprocess with
-``PROCTOR_CRASH_AT=n`` until the journal's crash hook kills it with SIGKILL at its
-n-th boundary, then runs again without the variable, resuming the task, until
-it finishes. The first n the scenario finishes without reaching ends the
-matrix. After every recovery the invariants below are checked against the real
-journal, the real workspace and the real HTTP service the POSTs went to.
+The scenario (``tests/support/crash_scenario.py``) first runs once untouched,
+tracing the journal boundaries it passes: that list is the matrix. Then, for
+each boundary n, a fresh journal and workspace: the scenario runs in a
+subprocess with ``PROCTOR_CRASH_AT=n`` until the journal's crash hook kills it
+with SIGKILL there, then runs again without the variable, resuming the task,
+until it finishes. One more point, n = the number of boundaries + 1, must
+finish without a crash. After every recovery the invariants are checked
+against the real journal, the real workspace and the real HTTP service the
+POSTs went to (see :func:`check_point`).
 
-The points run two (or as many as there are CPUs) at a time, each with its own
-task id, so that the service's counters stay apart. The summary is printed and
-written to ``benchmarks/results/crash_matrix.json``.
+Points run as many at a time as there are CPUs (at least two), each with its
+own task id so that the service's counters stay apart. The summary is printed
+and written to ``benchmarks/results/crash_matrix.json``.
+
+The runtime breaks an invariant at a few points (:func:`known_violations`); each
+has a minimal reproduction below, marked ``xfail(strict=True)``, and the matrix
+fails on any other.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import platform
 import signal
+import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import attrs
+import pytest
 from tests.support import crash_scenario as scenario
-from tests.support.service import Service, running_service, service_fixture  # noqa: F401
+from tests.support.service import Service, service_fixture  # noqa: F401 - the fixture
 
 from proctor.runtime import open_journal
 from proctor.runtime._effects import args_hash
-from proctor.runtime._journal import EffectRow, RunRow
+from proctor.runtime._journal import EffectRow, ProcessRow, RunRow
 from proctor.runtime._process import group_alive
 
 PY = sys.executable
 SCRIPT = Path(scenario.__file__)
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "results" / "crash_matrix.json"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "crash_matrix.json"
 
-#: The matrix gives up (and fails) if the scenario still has not finished by then.
-MAX_POINTS = 400
-#: States an effect may end in once a task is recovered.
+#: States of an effect known to have been applied.
+APPLIED = frozenset({"confirmed", "reconciled_applied"})
+#: States an effect may be left in once its task is recovered.
 SETTLED = frozenset(
     {"confirmed", "failed", "reconciled_applied", "reconciled_not_applied", "escalated"}
 )
 
-#: Points at which the runtime is known to break an invariant, by the label of
-#: the boundary; each has its own reproduction below, marked xfail(strict=True).
-#: The matrix records them and does not fail on them.
-KNOWN: dict[str, str] = {}
+#: The runtime's known violations: the check that fails, and why.
+KEY_REUSE = (
+    "each_post_applied_once",
+    "a resumed run reuses the idempotency key of an effect whose step was not journaled",
+)
+LOST_COMPLETION = (
+    "post_completion_write_refused",
+    "a completion decided before the host died is lost: the resumed run goes on writing",
+)
+UNCHARGED = (
+    "applied_calls_charged",
+    "a call the dead host made is not charged: its reservation is dropped on resume",
+)
 
 
 @attrs.frozen
 class Point:
-    """What one point of the matrix found."""
+    """
+    What one point of the matrix found.
+
+    Args:
+        n: the boundary the host died at (past the last one: it did not die).
+        label: the boundary's label, as the crash hook logged it.
+        crashed: whether the host died.
+        checks: how many times each invariant was checked.
+        violations: the invariants that did not hold, with the details.
+        recovered: how the effects a reconciliation settled ended, as ``tool:state``.
+        seconds: how long the point took, crash, recovery and checks.
+    """
 
     n: int
     label: str | None
     crashed: bool
     checks: collections.Counter[str]
     violations: tuple[str, ...]
-    action: str
+    recovered: tuple[str, ...]
     seconds: float
+
+    def failed(self) -> set[str]:
+        """Return the names of the invariants that did not hold."""
+        return {v.split(":", 1)[0] for v in self.violations}
 
 
 @attrs.define(eq=False)
 class _Checker:
-    """Counts the invariants checked at one point and keeps those that fail."""
+    """Counts the invariants checked at one point and keeps those that do not hold."""
 
     checks: collections.Counter[str] = attrs.field(factory=collections.Counter)
     violations: list[str] = attrs.field(factory=list)
 
-    def check(self, name: str, ok: bool, detail: Callable[[], str] | str = "") -> None:
+    def __call__(self, name: str, ok: bool, detail: Callable[[], str] | str = "") -> None:
         self.checks[name] += 1
         if not ok:
             text = detail() if callable(detail) else detail
@@ -83,78 +115,115 @@ class _Checker:
 
 
 @attrs.frozen
-class _Snapshot:
-    """The journal as the dead host left it."""
+class _Site:
+    """Where one point runs: its journal, workspace and task, and the scenario's flags."""
 
-    runs: tuple[RunRow, ...] = ()
-    spend: dict[str, float] = attrs.field(factory=dict)
+    journal: Path
+    workspace: Path
+    task_id: str
+    service: Service
+    hold: bool = False
+
+    @classmethod
+    def make(cls, base: Path, name: str, service: Service, hold: bool = False) -> _Site:
+        root = base / name
+        (root / "w").mkdir(parents=True)
+        return cls(root / "j.db", root / "w", f"crash-{name}", service, hold)
+
+    async def scenario(
+        self, *, crash: int | None = None, trace: Path | None = None
+    ) -> tuple[int, str]:
+        """Run the scenario once; return its exit code and its standard error."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_CRASH_")}
+        if crash is not None:
+            env["PROCTOR_CRASH_AT"] = str(crash)
+            env["PROCTOR_CRASH_LOG"] = str(self.crash_log)
+        argv = [PY, str(SCRIPT), "--journal", str(self.journal)]
+        argv += ["--workspace", str(self.workspace), "--service", self.service.url]
+        argv += ["--task-id", self.task_id]
+        argv += ["--hold"] if self.hold else []
+        argv += ["--trace", str(trace)] if trace is not None else []
+        done = await anyio.run_process(argv, env=env, check=False)
+        return done.returncode, done.stderr.decode(errors="replace")
+
+    @property
+    def crash_log(self) -> Path:
+        return self.journal.with_suffix(".crash")
 
 
-async def _snapshot(journal: Path, task_id: str) -> _Snapshot:
-    if not journal.exists():
-        return _Snapshot()
-    async with open_journal(journal) as j:
-        return _Snapshot(tuple(await j.runs_of_task(task_id)), await j.spend_totals(task_id))
+async def trace_boundaries(base: Path, service: Service) -> list[str]:
+    """Run the scenario untouched once; return the labels of the boundaries it passed."""
+    site = _Site.make(base, "trace", service)
+    trace = base / "trace.txt"
+    code, err = await site.scenario(trace=trace)
+    assert code == 0, err[-3000:]
+    return trace.read_text().split()
 
 
-async def _scenario(
-    journal: Path, workspace: Path, service: Service, task_id: str, crash: int | None
-) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_CRASH_")}
-    if crash is not None:
-        env["PROCTOR_CRASH_AT"] = str(crash)
-        env["PROCTOR_CRASH_LOG"] = str(journal.with_suffix(".crash"))
-    argv = [PY, str(SCRIPT), "--journal", str(journal), "--workspace", str(workspace)]
-    argv += ["--service", service.url, "--task-id", task_id]
-    done = await anyio.run_process(argv, env=env, check=False)
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
-
-
-def _outcome(stdout: str) -> dict[str, Any]:
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    return dict(json.loads(lines[-1])) if lines else {}
-
-
-async def run_point(n: int, base: Path, service: Service) -> Point:
-    """Crash the scenario at boundary ``n``, recover it, and check every invariant."""
+async def run_point(n: int, base: Path, service: Service, hold: bool = False) -> Point:
+    """Kill the scenario's host at boundary ``n``, resume the task, check every invariant."""
     started = time.monotonic()
-    root = base / f"p{n}"
-    workspace = root / "w"
-    workspace.mkdir(parents=True)
-    journal = root / "j.db"
-    task_id = f"crash-{n}"
-    checker = _Checker()
-    code, out, err = await _scenario(journal, workspace, service, task_id, n)
-    crash_log = journal.with_suffix(".crash")
-    labels = crash_log.read_text().split() if crash_log.exists() else []
+    site = _Site.make(base, f"p{n}", service, hold)
+    check = _Checker()
+    code, err = await site.scenario(crash=n)
+    labels = site.crash_log.read_text().split() if site.crash_log.exists() else []
     crashed = code == -signal.SIGKILL
-    checker.check(
+    check(
         "host_died_at_one_boundary",
         (crashed and len(labels) == 1) or (code == 0 and not labels),
-        lambda: f"exit {code}, labels {labels}: {err[-2000:]}",
+        lambda: f"exit {code}, labels {labels}: {err[-3000:]}",
     )
-    action = _outcome(out).get("action", "")
+    before = await _spend(site)
     if crashed:
-        before = await _snapshot(journal, task_id)
-        code, out, err = await _scenario(journal, workspace, service, task_id, None)
-        checker.check("recovery_ran", code == 0, lambda: f"exit {code}: {err[-2000:]}")
-        action = _outcome(out).get("action", "")
-    else:
-        before = _Snapshot()
-    await _check(checker, journal, workspace, service, task_id, before)
+        code, err = await site.scenario()
+        check("recovery_ran", code == 0, lambda: f"exit {code}: {err[-3000:]}")
+    try:
+        recovered = await check_point(check, site, before)
+    finally:
+        await _end_leftovers(site)
     return Point(
         n=n,
         label=labels[0] if labels else None,
         crashed=crashed,
-        checks=checker.checks,
-        violations=tuple(checker.violations),
-        action=str(action),
+        checks=check.checks,
+        violations=tuple(check.violations),
+        recovered=recovered,
         seconds=time.monotonic() - started,
     )
 
 
-def _windows(effects: Iterable[EffectRow]) -> list[tuple[EffectRow, float, float]]:
-    """Return the effects that were uncertain, with the span in which they were."""
+def _migrated(journal: Path) -> bool:
+    """Tell whether the journal has its schema, without migrating it as opening it would."""
+    if not journal.exists():
+        return False
+    with contextlib.closing(sqlite3.connect(f"file:{journal}?mode=ro", uri=True)) as db:
+        return int(db.execute("PRAGMA user_version").fetchone()[0]) > 0
+
+
+async def _spend(site: _Site) -> dict[str, float]:
+    """Return the task's spend as the dead host left it; leave an unmigrated journal alone."""
+    if not _migrated(site.journal):
+        return {}
+    async with open_journal(site.journal) as j:
+        return await j.spend_totals(site.task_id)
+
+
+async def _processes(site: _Site) -> list[ProcessRow]:
+    async with open_journal(site.journal) as j:
+        return [p for r in await j.runs_of_task(site.task_id) for p in await j.processes(r.run_id)]
+
+
+async def _end_leftovers(site: _Site) -> None:
+    """End the held command a dead host left running: nothing outlives a test."""
+    if not site.hold:
+        return  # a command that is not held ends on its own, in milliseconds
+    for process in await _processes(site):
+        if group_alive(process.pgid):
+            os.killpg(process.pgid, signal.SIGKILL)
+
+
+def _uncertain_spans(effects: Iterable[EffectRow]) -> list[tuple[EffectRow, float, float]]:
+    """Return the effects a reconciliation settled, with the span they were unsettled in."""
     return [
         (e, e.created_at, e.updated_at)
         for e in effects
@@ -162,46 +231,49 @@ def _windows(effects: Iterable[EffectRow]) -> list[tuple[EffectRow, float, float
     ]
 
 
-async def _check(
-    checker: _Checker,
-    journal: Path,
-    workspace: Path,
-    service: Service,
-    task_id: str,
-    before: _Snapshot,
-) -> None:
-    async with open_journal(journal) as j:
-        runs = await j.runs_of_task(task_id)
-        effects = await j.effects(task_id=task_id)
+async def check_point(check: _Checker, site: _Site, before: Mapping[str, float]) -> tuple[str, ...]:
+    """
+    Check every invariant of a recovered task.
+
+    Args:
+        check: counts the checks, keeps the violations.
+        site: the point.
+        before: the task's spend as the dead host left it.
+
+    Returns:
+        How the effects a reconciliation settled ended, as ``tool:state``.
+    """
+    async with open_journal(site.journal) as j:
+        runs = await j.runs_of_task(site.task_id)
+        effects = await j.effects(task_id=site.task_id)
         steps = {r.run_id: await j.steps(r.run_id) for r in runs}
         notes = {r.run_id: await j.notes(r.run_id) for r in runs}
         processes = [p for r in runs for p in await j.processes(r.run_id)]
-        spend = await j.spend_totals(task_id)
+        spend = await j.spend_totals(site.task_id)
         integrity = await j.integrity_check()
-    check = checker.check
+    workspace = site.workspace
     by_key = {e.key: e for e in effects}
+    # Every effect's plan, journaled before its dispatch: key -> (at, target, run, args).
     planned = {
         n["body"]["key"]: (n["at"], str(n["body"]["target"]), n["run_id"], n["body"]["args"])
-        for ns in notes.values()
-        for n in ns
+        for run_notes in notes.values()
+        for n in run_notes
         if n["kind"] == "effect"
     }
-    last = runs[-1] if runs else None
-
-    # The task was recovered: its last run ended, and it was accepted.
+    last: RunRow | None = runs[-1] if runs else None
     check(
         "task_completed",
         last is not None and last.status == "completed",
-        lambda: f"last run: {last.status if last else None}",
+        lambda: f"the task's last run is {last.status if last else 'missing'}",
     )
 
-    # Invariant 5: each key is applied at most once, and nothing is applied that
+    # Invariant 5: a key is applied at most once, and nothing is applied that
     # was not journaled first.
-    items = [i for i in service.items() if isinstance(i["body"], dict)]
-    mine = [i for i in items if i["body"].get("task") == task_id]
-    http_keys = [e.key for e in effects if e.tool == "http_request"]
-    for key in {*http_keys, *(i["key"] for i in mine)}:
-        check("key_applied_at_most_once", service.applications(key) <= 1, key)
+    items = [i for i in site.service.items() if isinstance(i["body"], dict)]
+    mine = [i for i in items if i["body"].get("task") == site.task_id]
+    http_keys = {e.key for e in effects if e.tool == "http_request"}
+    for key in sorted(http_keys | {i["key"] for i in mine}):
+        check("key_applied_at_most_once", site.service.applications(key) <= 1, key)
     for item in mine:
         check("applied_only_if_journaled", item["key"] in by_key, f"item {item}")
     log_file = workspace / scenario.LOG_FILE
@@ -210,28 +282,28 @@ async def _check(
     check(
         "applied_only_if_journaled",
         not lines or bool(commands),
-        f"{scenario.LOG_FILE} holds {lines} but no command effect is journaled",
+        f"{scenario.LOG_FILE} holds {lines}, but no command effect is journaled",
     )
 
-    # The work itself: every POST body once, every file as the script left it,
-    # the line appended at most once (exactly once unless its effect was escalated).
-    for body in scenario.post_bodies(task_id):
+    # The work, done once: every POST body applied once, every file as the script
+    # left it, the line appended once (at most once when its effect was escalated:
+    # nobody could tell whether it ran, and nothing sends it again).
+    for body in scenario.post_bodies(site.task_id):
         count = sum(1 for i in mine if i["body"] == body)
         check("each_post_applied_once", count == 1, f"{body} applied {count} times")
     for name, content in scenario.FILE_CONTENT.items():
         path = workspace / name
         now = path.read_text() if path.exists() else None
         check("each_file_as_written", now == content, f"{name} holds {now!r}")
-    states = {e.state for e in commands}
-    appended = lines.count(scenario.LINE)
+    states = sorted({e.state for e in commands})
     expected = {0, 1} if "escalated" in states else {1}
     check(
         "line_appended_once",
-        appended in expected and len(lines) == appended,
-        lambda: f"{scenario.LOG_FILE}: {lines}, command effects {sorted(states)}",
+        lines.count(scenario.LINE) in expected and set(lines) <= {scenario.LINE},
+        lambda: f"{scenario.LOG_FILE} holds {lines}; command effects {states}",
     )
 
-    # Invariant 5: nothing is left dispatched (or unsettled) after a recovery.
+    # Invariant 5: no effect is left dispatched (or otherwise open).
     for effect in effects:
         check(
             "no_effect_left_open",
@@ -239,9 +311,9 @@ async def _check(
             f"effect {effect.key} ({effect.tool}) is {effect.state}",
         )
 
-    # Invariant 5: no replacement write to a target while an effect on it was
-    # uncertain; it was reconciled before anything else was planned or sent there.
-    for held, since, until in _windows(effects):
+    # Invariant 5: nothing else was planned or sent to a target while an effect
+    # on it was unsettled: it was reconciled first.
+    for held, since, until in _uncertain_spans(effects):
         for key, (at, target, _, _) in planned.items():
             if key == held.key or target != held.target:
                 continue
@@ -250,35 +322,44 @@ async def _check(
             check(
                 "no_replacement_while_uncertain",
                 not (since < at < until or since < sent < until),
-                f"{key} went to {target} while {held.key} was uncertain "
-                f"({since:.6f}..{until:.6f}, planned {at:.6f}, sent {sent:.6f})",
+                f"{key} went to {target} while {held.key} was unsettled "
+                f"({since:.6f}..{until:.6f}; planned {at:.6f}, sent {sent:.6f})",
             )
 
     # Invariant 6: spend is the task's: it never goes down, and a resumed run
-    # starts from what was spent before, not from a blank allowance.
-    for dimension, amount in before.spend.items():
+    # starts from what was spent, not from a blank allowance.
+    for dimension, amount in before.items():
         check(
             "spend_never_decreases",
             spend.get(dimension, 0.0) >= amount,
-            f"{dimension}: {amount} before, {spend.get(dimension)} after",
+            f"{dimension}: {amount} before the recovery, {spend.get(dimension)} after",
         )
-    resumed = [r for r in runs if r.parent_run_id is not None]
-    for run in resumed:
+    for tool in sorted({e.tool for e in effects}):
+        applied = [e for e in effects if e.tool == tool and e.state in APPLIED]
+        charged = spend.get(f"tool_calls:{tool}", 0.0)
+        check(
+            "applied_calls_charged",
+            charged >= len(applied),
+            f"{len(applied)} {tool} call(s) applied, {charged:g} charged",
+        )
+    for run in runs:
+        if run.parent_run_id is None:
+            continue
         first = steps[run.run_id][0] if steps[run.run_id] else None
         left = first["remaining"].get("steps") if first is not None else None
-        allowed = scenario.STEP_LIMIT - before.spend.get("steps", 0.0)
+        allowed = scenario.STEP_LIMIT - before.get("steps", 0.0)
         check(
             "spend_inherited",
             left is not None and left <= allowed,
             f"run {run.run_id} began with {left} steps left; at most {allowed} were",
         )
 
-    # Invariant 4: no effect after the end; the write proposed after the
-    # completion is refused and never applied.
+    # Invariant 4: nothing is planned or dispatched by a run after its end, and
+    # the write proposed after the completion is refused, never applied.
     ended = {r.run_id: r.ended_at for r in runs if r.ended_at is not None}
-    for key, (at, _target, run_id, _) in planned.items():
+    for key, (at, _, run_id, _) in planned.items():
         end = ended.get(run_id)
-        check("no_effect_after_end", end is None or at <= end, f"{key} planned after its run ended")
+        check("no_effect_after_end", end is None or at <= end, f"{key} planned after the end")
     for effect in effects:
         end = ended.get(effect.run_id)
         check(
@@ -286,26 +367,24 @@ async def _check(
             end is None or effect.created_at <= end,
             f"{effect.key} dispatched after run {effect.run_id} ended",
         )
-    late = [
-        k for k, (_, _, _, args) in planned.items() if args.get("path") == scenario.POST_COMPLETION
-    ]
+    late = [k for k, (*_, args) in planned.items() if args.get("path") == scenario.POST_COMPLETION]
     check(
         "post_completion_write_refused",
         not late and not (workspace / scenario.POST_COMPLETION).exists(),
-        f"{scenario.POST_COMPLETION}: planned as {late}",
+        f"{scenario.POST_COMPLETION} was planned as {late}",
     )
     late_hash = args_hash({"path": scenario.POST_COMPLETION, "content": "too late\n"})
-    for run_steps in steps.values():
+    for run_id, run_steps in steps.items():
         for record in run_steps:
             event = record.get("event") or {}
             if event.get("type") == "action" and args_hash(event.get("args", {})) == late_hash:
                 check(
                     "post_completion_write_refused",
                     record["tool_status"] == "refused",
-                    f"step {record['step']}: {record['tool_status']}",
+                    f"run {run_id} step {record['step']}: {record['tool_status']}",
                 )
 
-    # Invariant 8: nothing is left running in any process group a run recorded.
+    # Invariant 8: nothing runs on in a process group a run recorded.
     for process in processes:
         check(
             "no_orphan_process_group",
@@ -313,7 +392,7 @@ async def _check(
             f"group {process.pgid} ({process.command}) of run {process.run_id} is alive",
         )
 
-    # The journal itself: sound, and every run's steps numbered 1..n without a gap.
+    # The journal: sound, and every run's steps numbered 1..n without a gap.
     check("integrity_ok", integrity == "ok", integrity)
     for run_id, run_steps in steps.items():
         numbers = [s["step"] for s in run_steps]
@@ -322,69 +401,172 @@ async def _check(
             numbers == list(range(1, len(numbers) + 1)),
             f"run {run_id}: {numbers}",
         )
+    return tuple(f"{e.tool}:{e.state}" for e, _, _ in _uncertain_spans(effects))
 
 
-async def run_matrix(base: Path, service: Service, workers: int) -> list[Point]:
-    """Run points 1, 2, ... ``workers`` at a time, until a scenario finishes uncrashed."""
+def known_violations(labels: Sequence[str]) -> dict[int, set[tuple[str, str]]]:
+    """
+    Return the points where the runtime is known to break an invariant, by n.
+
+    Args:
+        labels: the scenario's boundaries, in order (n = index + 1).
+    """
+
+    def n(label: str, start: int = 0) -> int:
+        return labels.index(label, start) + 1
+
+    known: dict[int, set[tuple[str, str]]] = collections.defaultdict(set)
+    # The first effect applied (its settlement under way) and its step not yet
+    # journaled: the resumed run counts one step fewer, derives that effect's key
+    # for its own first effect, a different call, and refuses it.
+    first_step = n("append_step:before")
+    for point in range(n("settle_effect:before"), first_step + 1):
+        known[point].add(KEY_REUSE)
+    # The verdict that completed the run is journaled, the run's end is not: the
+    # resumed run does not complete on the candidate already judged, and goes on.
+    end = n("end_run:before")
+    for point in (end - 1, end):
+        known[point].add(LOST_COMPLETION)
+    # A call was made (its outcome is being journaled) and its step's spend is not
+    # settled yet: the reservation that covered it is not inherited.
+    for start, label in enumerate(labels, start=1):
+        if label == "settle_effect:before":
+            for point in range(start, n("add_spend:before", start) + 1):
+                known[point].add(UNCHARGED)
+    return dict(known)
+
+
+async def run_matrix(base: Path, service: Service, labels: Sequence[str]) -> list[Point]:
+    """Run every point of the matrix, and the one past its end."""
+    workers = max(2, os.cpu_count() or 2)
+    limiter = anyio.CapacityLimiter(workers)
     points: list[Point] = []
-    n = 1
-    while n <= MAX_POINTS:
-        wave: list[Point] = []
 
-        async def one(k: int, into: list[Point] = wave) -> None:
-            into.append(await run_point(k, base, service))
+    async def one(n: int) -> None:
+        async with limiter:
+            points.append(await run_point(n, base, service))
 
-        async with anyio.create_task_group() as tg:
-            for k in range(n, n + workers):
-                tg.start_soon(one, k)
-        points += sorted(wave, key=lambda p: p.n)
-        n += workers
-        if any(not p.crashed for p in wave):
-            break
-    return points
+    async with anyio.create_task_group() as tg:
+        for n in range(1, len(labels) + 2):
+            tg.start_soon(one, n)
+    return sorted(points, key=lambda p: p.n)
 
 
-def _summary(points: list[Point], seconds: float, workers: int) -> dict[str, Any]:
-    crashed = [p for p in points if p.crashed]
-    # Points past the first that finished uncrashed add nothing: leave them out.
-    clean = min((p.n for p in points if not p.crashed), default=None)
-    kept = [p for p in points if clean is None or p.n <= clean]
+def summarize(points: Sequence[Point], labels: Sequence[str], seconds: float) -> dict[str, Any]:
+    """Return the matrix's numbers, for the docs."""
     checks: collections.Counter[str] = collections.Counter()
-    for p in kept:
+    for p in points:
         checks.update(p.checks)
-    labels = collections.Counter(p.label for p in crashed if p.label is not None)
+    known = known_violations(labels)
+    # How a recovery settled what the dead host left open, by the boundary it died at.
+    recoveries: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for p in points:
+        if p.crashed and p.label is not None and p.recovered:
+            recoveries[p.label].update(p.recovered)
     return {
         "benchmark": "crash_matrix",
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "workers": workers,
+        "cpus": os.cpu_count(),
         "sampled": False,
-        "boundaries": len([p for p in kept if p.crashed]),
-        "points": len(kept),
-        "labels": dict(sorted(labels.items())),
+        "boundaries": len(labels),
+        "points": len(points),
+        "crashed": sum(p.crashed for p in points),
+        "boundary_kinds": dict(sorted(collections.Counter(labels).items())),
+        "labels_as_traced": sum(p.label == labels[p.n - 1] for p in points if p.crashed),
+        "recoveries": {k: dict(sorted(v.items())) for k, v in sorted(recoveries.items())},
         "invariants": dict(sorted(checks.items())),
         "checks": sum(checks.values()),
         "violations": [
-            {"n": p.n, "label": p.label, "violations": list(p.violations)}
-            for p in kept
+            {
+                "n": p.n,
+                "label": p.label,
+                "known": sorted(why for name, why in known.get(p.n, ()) if name in p.failed()),
+                "violations": list(p.violations),
+            }
+            for p in points
             if p.violations
         ],
         "duration_seconds": round(seconds, 1),
-        "median_point_seconds": round(sorted(p.seconds for p in kept)[len(kept) // 2], 2),
+        "median_point_seconds": round(sorted(p.seconds for p in points)[len(points) // 2], 2),
     }
 
 
 async def test_the_host_dies_at_every_journal_boundary_and_the_task_recovers(
     tmp_path: Path, service: Service
 ) -> None:
-    workers = max(2, min(4, os.cpu_count() or 2))
     started = time.monotonic()
-    points = await run_matrix(tmp_path, service, workers)
-    summary = _summary(points, time.monotonic() - started, workers)
+    labels = await trace_boundaries(tmp_path, service)
+    points = await run_matrix(tmp_path, service, labels)
+    summary = summarize(points, labels, time.monotonic() - started)
     print(json.dumps(summary, indent=2))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
-    assert any(not p.crashed for p in points), f"no run finished within {MAX_POINTS} points"
-    assert summary["boundaries"] >= 40
-    unexpected = [v for v in summary["violations"] if v["label"] not in KNOWN]
+    assert len(labels) >= 40
+    *crashed, past = points
+    assert all(p.crashed for p in crashed), [p.n for p in crashed if not p.crashed]
+    assert not past.crashed
+    known = known_violations(labels)
+    unexpected = [
+        (p.n, p.label, p.violations)
+        for p in points
+        if p.failed() - {name for name, _ in known.get(p.n, ())}
+    ]
     assert not unexpected, json.dumps(unexpected, indent=2)
+
+
+async def _point_at(
+    tmp_path: Path, service: Service, label: str, occurrence: int = 1, hold: bool = False
+) -> Point:
+    """Run the point at the ``occurrence``-th boundary labelled ``label``."""
+    labels = await trace_boundaries(tmp_path, service)
+    at = [n for n, seen in enumerate(labels, start=1) if seen == label]
+    return await run_point(at[occurrence - 1], tmp_path, service, hold)
+
+
+@pytest.mark.xfail(reason=KEY_REUSE[1], strict=True)
+async def test_a_resumed_run_never_reuses_the_key_of_an_effect_whose_step_was_lost(
+    tmp_path: Path, service: Service
+) -> None:
+    # The first effect (a.txt) is applied; the host dies before its step is
+    # journaled. The resumed run's first new effect is the widget POST: it gets the
+    # same key, (task, step 1, call 1), and is refused as a reuse of that key.
+    point = await _point_at(tmp_path, service, "settle_effect:after")
+    assert point.violations == ()
+
+
+@pytest.mark.xfail(reason=LOST_COMPLETION[1], strict=True)
+async def test_a_completion_decided_before_the_host_died_is_kept(
+    tmp_path: Path, service: Service
+) -> None:
+    # Every check passed and the verdict is journaled (completed); the host dies
+    # before the run's end is. The resumed run's completion finds the candidate
+    # "already judged" but does not complete it: the write proposed after the
+    # completion is applied, and a new candidate is completed.
+    point = await _point_at(tmp_path, service, "end_run:before")
+    assert point.violations == ()
+
+
+@pytest.mark.xfail(reason=UNCHARGED[1], strict=True)
+async def test_a_call_the_dead_host_made_is_charged_to_the_task(
+    tmp_path: Path, service: Service
+) -> None:
+    # The widget POST is applied and confirmed in the journal; the host dies before
+    # the step's spend is settled. The reservation that covered the call is not
+    # inherited: the task made two POSTs and is charged for one.
+    point = await _point_at(tmp_path, service, "settle_effect:after", occurrence=2)
+    assert point.recovered == ()
+    assert "applied_calls_charged" not in point.failed(), point.violations
+
+
+@pytest.mark.xfail(
+    reason="a resumed run leaves its dead predecessor's process groups running", strict=True
+)
+async def test_a_resumed_run_ends_the_children_of_its_dead_predecessor(
+    tmp_path: Path, service: Service
+) -> None:
+    # The command appended its line and keeps running; the host dies right after
+    # journaling its process group. After the recovery the group is still alive.
+    point = await _point_at(tmp_path, service, "record_process:after", hold=True)
+    assert point.crashed
+    assert "no_orphan_process_group" not in point.failed(), point.violations

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import functools
 import shlex
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -9,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
 
-from proctor import CommandCheck, Disposition, Task, ToolCall
+from proctor import Budget, CommandCheck, Disposition, Task, ToolCall
 from proctor._errors import ConfigError
 from proctor.runtime import ObservationKind, RunResult, ToolStatus, open_journal, run
 from proctor.runtime._gateway import (
@@ -70,9 +75,7 @@ async def _http_gateway(
         listening.set()
 
     async def serve() -> None:
-        outcome.append(
-            await serve_gateway(task, journal, transport="http", ready=ready, stop=stop)
-        )
+        outcome.append(await serve_gateway(task, journal, transport="http", ready=ready, stop=stop))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(serve)
@@ -186,21 +189,28 @@ async def test_a_client_that_repeats_itself_is_refused_then_stopped_with_no_prog
         assert (await j.get_run(result.run_id)).disposition == "no_progress"
 
 
-STDIO_SERVER = """
+#: A gateway process: ``python -c SERVER WORKSPACE JOURNAL TRANSPORT``. It prints the
+#: HTTP URL when it listens, and how the run ended when it returns.
+SERVER = """
 import functools, sys
 import anyio, structlog
 structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 from proctor import CommandCheck, Task
 from proctor.runtime._gateway import serve_gateway
-workspace, journal = sys.argv[1], sys.argv[2]
+workspace, journal, transport = sys.argv[1:4]
 task = Task(
     goal="Make the test suite pass without changing tests/",
     workspace=workspace,
-    checks=[CommandCheck("tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])],
+    checks=[CommandCheck("tests", [sys.executable, "-m", "pytest", "-q"])],
     protected=["tests/**"],
 )
-result = anyio.run(functools.partial(serve_gateway, task, journal, transport="stdio"))
-print("gateway: the run ended", result.disposition.value, file=sys.stderr)
+out = sys.stderr if transport == "stdio" else sys.stdout
+serve = functools.partial(
+    serve_gateway, task, journal, transport=transport, handle_signals=True,
+    ready=lambda url: print(url, file=out, flush=True),
+)
+result = anyio.run(serve)
+print("ended", result.disposition.value, result.stop_reason.code, file=out, flush=True)
 """
 
 
@@ -208,10 +218,11 @@ async def test_an_mcp_client_over_stdio_drives_a_gateway_process(tmp_path: Path)
     root = _project(tmp_path / "p")
     journal = tmp_path / "j.db"
     params = StdioServerParameters(
-        command=PY, args=["-c", STDIO_SERVER, str(root), str(journal)], cwd=str(tmp_path)
+        command=PY, args=["-c", SERVER, str(root), str(journal), "stdio"], cwd=str(tmp_path)
     )
-    with anyio.fail_after(15):
-        async with Client(params) as client:
+    errlog = tmp_path / "gateway.log"
+    with anyio.fail_after(15), errlog.open("w") as log:
+        async with Client(stdio_client(params, errlog=log)) as client:
             listed = await client.list_tools()
             assert {t.name for t in listed.tools} == BUILTIN | set(GATEWAY_TOOLS)
             edit = await client.call_tool(
@@ -225,11 +236,87 @@ async def test_an_mcp_client_over_stdio_drives_a_gateway_process(tmp_path: Path)
             late = await client.call_tool("delete_file", {"path": "calc.py"})
             assert late.is_error
             assert "fence: the run has ended: completed" in _text(late)
-        # The client closed the gateway's stdin: the process has gone.
+    # The client closed the gateway's stdin, and the gateway returned the run's result.
+    assert "ended completed checks_passed" in errlog.read_text()
     assert (root / "calc.py").is_file()
     async with open_journal(journal) as j:
         runs = await j.list_runs()
     assert [r.disposition for r in runs] == ["completed"]
+
+
+async def test_an_http_gateway_stops_by_itself_once_the_grace_period_is_over(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path / "p")
+    urls: list[str] = []
+    listening = anyio.Event()
+    outcome: list[RunResult] = []
+
+    def ready(url: str) -> None:
+        urls.append(url)
+        listening.set()
+
+    async def serve() -> None:
+        outcome.append(
+            await serve_gateway(
+                _task(root), tmp_path / "j.db", transport="http", ready=ready, grace=0
+            )
+        )
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            await listening.wait()
+            async with Client(urls[0]) as client:
+                premature = await client.call_tool("escalate", {"status": "needs_input"})
+                assert premature.is_error
+                assert "claim refused: nothing was tried yet" in _text(premature)
+                tests = await client.call_tool("run_command", {"cmd": PYTEST})
+                assert tests.is_error
+                assert "exit code 1" in _text(tests)
+                vague = await client.call_tool(
+                    "escalate", {"status": "blocked", "condition": "no network", "reason": "x"}
+                )
+                assert vague.is_error
+                assert "claim refused: it must name evidence" in _text(vague)
+                odd = await client.call_tool("escalate", {"status": "stuck"})
+                assert odd.is_error
+                assert "status must be 'blocked' or 'needs_input'" in _text(odd)
+                claim = {
+                    "status": "blocked",
+                    "condition": "the package index is unreachable",
+                    "evidence": ["pip: connection refused"],
+                    "reason": "no tool reaches the network",
+                }
+                blocked = await client.call_tool("escalate", claim)
+                assert not blocked.is_error, _text(blocked)
+                assert "the run has ended: blocked" in _text(blocked)
+            # Nothing sets stop: the server ends after the grace period by itself.
+    assert outcome[0].disposition is Disposition.BLOCKED
+
+
+async def test_a_signal_stops_an_http_gateway_and_the_run_ends_on_the_record(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path / "p")
+    journal = tmp_path / "j.db"
+    command = [PY, "-c", SERVER, str(root), str(journal), "http"]
+    with anyio.fail_after(15):
+        async with await anyio.open_process(command, stderr=subprocess.DEVNULL) as process:
+            assert process.stdout is not None
+            out = BufferedByteReceiveStream(process.stdout)
+            url = (await out.receive_until(b"\n", 1000)).decode()
+            async with Client(url) as client:
+                read = await client.call_tool("read_file", {"path": "calc.py"})
+                assert not read.is_error
+            process.send_signal(signal.SIGINT)
+            # The client is gone: the candidate is verified as it stands, and fails.
+            line = (await out.receive_until(b"\n", 1000)).decode()
+            assert line == "ended failed actor_finished"
+            assert await process.wait() == 0
+    async with open_journal(journal) as j:
+        runs = await j.list_runs()
+    assert [r.disposition for r in runs] == ["failed"]
 
 
 async def test_concurrent_calls_are_proposed_one_at_a_time_in_arrival_order(
@@ -250,7 +337,9 @@ async def test_concurrent_calls_are_proposed_one_at_a_time_in_arrival_order(
             outcome: list[RunResult] = []
 
             async def go() -> None:
-                outcome.append(await run(_task(root), actor, tmp_path / "j.db"))
+                outcome.append(
+                    await run(_task(root), actor, tmp_path / "j.db", on_step=actor.on_step)
+                )
 
             tg.start_soon(go)
             for name in "cab":
@@ -272,11 +361,31 @@ async def test_concurrent_calls_are_proposed_one_at_a_time_in_arrival_order(
     reads = [s["action"] for s in steps if s["kind"] == "action"]
     assert [next(n for n in "abc" if f"{n}.txt" in (a or "")) for a in reads] == ["c", "a", "b"]
     # After the end, a call is answered at once by the fence.
-    fenced = await actor.call(ToolCall("read_file", {"path": "a.txt"}))
+    with anyio.fail_after(1):
+        fenced = await actor.call(ToolCall("read_file", {"path": "a.txt"}))
     assert fenced.kind is ObservationKind.REFUSAL
     assert fenced.disposition is Disposition.FAILED
     assert fenced.results[0].status is ToolStatus.REFUSED
     assert fenced.text.startswith("fence: the run has ended: failed")
+
+
+async def test_a_run_that_ends_between_calls_fences_the_next_call_at_once(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path / "p")
+    task = attrs.evolve(_task(root), budget=Budget.of(wall_seconds=0.5))
+    actor = GatewayActor()
+    with anyio.fail_after(10):
+        # Nobody calls: the wall-clock deadline ends the run while the gateway
+        # waits, and the gateway does not wait for a call to find out.
+        result = await run(task, actor, tmp_path / "j.db", on_step=actor.on_step)
+        fenced = await actor.call(ToolCall("write_file", {"path": "calc.py", "content": ""}))
+    assert result.disposition is Disposition.BUDGET_EXHAUSTED
+    assert actor.closed
+    assert fenced.disposition is Disposition.BUDGET_EXHAUSTED
+    assert fenced.text.startswith("fence: the run has ended: budget_exhausted")
+    assert fenced.results[0].status is ToolStatus.REFUSED
+    assert (root / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
 
 
 def test_a_task_file_without_an_actor_table_loads_for_the_gateway(tmp_path: Path) -> None:

@@ -36,6 +36,10 @@ def _task(root: Path, task_id: str) -> Task:
     )
 
 
+def _command(cmd: str) -> dict[str, object]:
+    return {"type": "action", "tool": "run_command", "args": {"cmd": cmd}}
+
+
 def _script(path: Path, calls: list[dict[str, object]]) -> Path:
     path.write_text("\n".join(json.dumps(c) for c in calls) + "\n")
     return path
@@ -47,10 +51,7 @@ async def test_a_killed_worker_s_run_is_taken_over_without_repeating_its_effects
     script = _script(
         tmp_path / "agent.jsonl",
         [
-            *(
-                {"type": "action", "tool": "run_command", "args": {"cmd": f"echo {i} >> log.txt"}}
-                for i in range(3)
-            ),
+            *(_command(f"echo {i} >> log.txt") for i in range(3)),
             # Long the first time only: a replaying actor does not wait again.
             {
                 "type": "action",
@@ -66,7 +67,7 @@ async def test_a_killed_worker_s_run_is_taken_over_without_repeating_its_effects
     async with await anyio.open_process([*argv, "--lease", "1", "--once"]) as worker_a:
         with anyio.fail_after(60):
             # Worker A is in the long command, its intent journaled: kill it there.
-            while True:  # noqa: ASYNC110 - another process's journal
+            while True:
                 async with open_journal(journal_target) as j:
                     effects = await j.effects(run_id=run_id)
                 if any(e.state == "dispatched" and "sleep" in e.target for e in effects):

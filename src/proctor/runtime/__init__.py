@@ -1,5 +1,7 @@
 """The runtime: the four tasks, channels, records, controller policy, tools, journal."""
 
+from typing import TYPE_CHECKING, Any
+
 from proctor.runtime._actor import Actor as Actor
 from proctor.runtime._actor import FunctionActor as FunctionActor
 from proctor.runtime._actor import ScriptedActor as ScriptedActor
@@ -50,6 +52,27 @@ from proctor.runtime._worker import WorkerStats as WorkerStats
 from proctor.runtime._worker import submit as submit
 from proctor.runtime._worker import work as work
 
+if TYPE_CHECKING:
+    from proctor.runtime._gateway import GatewayActor as GatewayActor
+    from proctor.runtime._gateway import load_gateway_task as load_gateway_task
+    from proctor.runtime._gateway import serve_gateway as serve_gateway
+
+# The MCP stack takes a second to import: only the gateway's users pay for it.
+_LAZY = {
+    "GatewayActor": "proctor.runtime._gateway",
+    "load_gateway_task": "proctor.runtime._gateway",
+    "serve_gateway": "proctor.runtime._gateway",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = (
     "Actor",
     "Amendment",
@@ -61,6 +84,7 @@ __all__ = (
     "Disposition",
     "Effect",
     "FunctionActor",
+    "GatewayActor",
     "Handoff",
     "Journal",
     "JournalLike",
@@ -89,6 +113,7 @@ __all__ = (
     "TraceRecord",
     "WorkerStats",
     "amend",
+    "load_gateway_task",
     "load_script",
     "load_task",
     "open_journal",
@@ -98,6 +123,7 @@ __all__ = (
     "resume",
     "retune",
     "run",
+    "serve_gateway",
     "submit",
     "work",
 )

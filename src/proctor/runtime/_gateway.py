@@ -84,7 +84,7 @@ GATEWAY_TOOLS = ("submit", "escalate")
 START_URI = "proctor://run/start"
 #: Addresses the HTTP transport may listen on: it has no authentication, and a
 #: client drives tools that write files and run commands.
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 _STR: dict[str, Any] = {"type": "string"}
 
@@ -237,8 +237,11 @@ class GatewayActor:
             self._in_flight.resolve(self._completed(self._in_flight.proposal, observation))
             self._in_flight = None
         if observation.disposition is not None:
-            ended = observation.kind is ObservationKind.ENDED
-            text = observation.text if ended else _ending(observation.disposition, None)
+            if observation.kind is ObservationKind.ENDED:
+                text = observation.text
+            else:
+                reason = self._terminal.stop_reason if self._terminal is not None else None
+                text = _ending(observation.disposition, reason)
             self.close(text, observation.disposition)
             return None
         while self._terminal is None and not self._leaving:
@@ -270,6 +273,9 @@ class GatewayActor:
         if record.disposition is not None and self._terminal is None:
             self._terminal = record
             self._wake()
+            if self._fence is not None:
+                # Closed when the actor left; now the fence can name the disposition.
+                self.close(_ending(record.disposition, record.stop_reason), record.disposition)
 
     def disconnect(self) -> None:
         """
@@ -285,11 +291,20 @@ class GatewayActor:
         """
         Answer every waiting call, and every later one, with the fence.
 
+        Closing again with a disposition names it in the fence from then on; a
+        fence that names one is final.
+
         Args:
             text: why: the run's ending (``the run has ended: completed (...)``).
             disposition: the run's disposition, when it has one.
         """
-        if self._fence is not None:
+        terminal = self._terminal
+        if disposition is None and terminal is not None and terminal.disposition is not None:
+            text, disposition = (
+                _ending(terminal.disposition, terminal.stop_reason),
+                terminal.disposition,
+            )
+        if self._fence is not None and (self._fence.disposition is not None or not disposition):
             return
         reason = f"fence: {text}; the call was not run"
         self._fence = Observation(
@@ -305,6 +320,11 @@ class GatewayActor:
         self._in_flight = None
         # Callers still waiting to enter the channel get BrokenResourceError.
         self._receive.close()
+        self._send.close()
+
+    async def aclose(self) -> None:
+        """Close when the actor's task ends (the run calls it): nothing more is proposed."""
+        self.close("the actor's part in the run is over")
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -324,7 +344,7 @@ class GatewayActor:
 
     def _completed(self, proposal: Proposal, observation: Observation) -> Observation:
         """
-        The answer to a tool call, with its result even when the observation has none.
+        Return the answer to a tool call, with its result even when the observation has none.
 
         The observation that tells of the end carries no results; the journaled
         step of the call does (a repeated call the policy refused as it stopped
@@ -378,7 +398,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 def _proposal(name: str, args: dict[str, Any]) -> Proposal | str:
-    """The proposal of one call, or what is wrong with a call of proctor's own tools."""
+    """Return the proposal of one call, or what is wrong with a call of proctor's own tools."""
     if name == "submit":
         return Completion(str(args.get("summary", "")))
     if name == "escalate":
@@ -395,7 +415,7 @@ def _proposal(name: str, args: dict[str, Any]) -> Proposal | str:
 
 
 def _is_error(proposal: Proposal, observation: Observation) -> bool:
-    """Whether the answer is an error: a refusal, a failed tool, a claim not accepted."""
+    """Tell whether an answer is an error: a refusal, a failed tool, a claim not accepted."""
     if observation.kind is ObservationKind.ENDED:
         # Only a claim the end agrees with succeeded.
         if isinstance(proposal, Completion):
@@ -553,9 +573,9 @@ class _Uvicorn(uvicorn.Server):
 
 def _listen(host: str, port: int) -> tuple[socket.socket, str]:
     """Bind and listen now, so the URL works as soon as it is announced."""
-    if host not in LOOPBACK:
+    if host not in _LOOPBACK:
         raise ConfigError(
-            f"the gateway listens on a loopback address only ({', '.join(LOOPBACK)}), "
+            f"the gateway listens on a loopback address only ({', '.join(_LOOPBACK)}), "
             f"got {host!r}: its clients drive tools that write files and run commands, "
             "and it has no authentication"
         )
@@ -677,9 +697,15 @@ async def serve_gateway(
     if transport not in ("stdio", "http"):
         raise ConfigError(f"transport must be 'stdio' or 'http', got {transport!r}")
     registry = tools if tools is not None else ToolRegistry.builtin()
-    actor = GatewayActor()
-    server = gateway_server(actor, task, registry)
     listening = _listen(host, port) if transport == "http" else None
+    actor = GatewayActor()
+    try:
+        server = gateway_server(actor, task, registry)
+    except ConfigError:
+        actor.close("the gateway did not start")
+        if listening is not None:
+            listening[0].close()
+        raise
     stop = stop if stop is not None else anyio.Event()
     run_done = anyio.Event()
     outcome: list[RunResult] = []
