@@ -3,7 +3,11 @@ Many concurrent runs in one process: throughput, and the memory of an idle run.
 
 1,000 :func:`proctor.run` calls in one task group, each with its own workspace
 directory and its own journal file (one SQLite connection, hence one writer
-thread, per run: runs never wait on each other's write lock). Each actor parks
+thread, per run: runs never wait on each other's write lock). For comparison,
+the same runs can all journal in one file (``shared_file``: still a connection
+each, as ``run`` opens its journal), or all run on one open journal, one
+connection for every run (``one_connection``, through the controller's
+``start_run``, which :func:`proctor.resume` also uses). Each actor parks
 at its first observation, waiting on an event, as an agent waits on its model:
 when all runs are parked, the process's resident memory (RSS) is read and
 compared with the RSS before the runs started; the difference over the number of
@@ -34,17 +38,21 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from benchmarks.bench_loop import counting_actor, noop_registry, noop_task, quiet_logs
 
 from proctor import FunctionActor, Observation, Proposal, Task, ToolCall, run
-from proctor.runtime import ToolRegistry
+from proctor.runtime import Journal, ToolRegistry
+from proctor.runtime._controller import start_run
 
-__all__ = ("concurrent_runs", "main", "measure_in_child")
+__all__ = ("LAYOUTS", "Layout", "concurrent_runs", "main", "measure_in_child")
 
 _ROOT = Path(__file__).resolve().parent.parent
+
+Layout = Literal["file_per_run", "shared_file", "one_connection"]
+LAYOUTS: tuple[Layout, ...] = ("file_per_run", "shared_file", "one_connection")
 
 
 def _rss() -> int:
@@ -59,7 +67,7 @@ async def concurrent_runs(
     steps: int,
     root: Path,
     *,
-    shared: bool = False,
+    layout: Layout = "file_per_run",
     trace: bool = False,
     window: contextlib.AbstractContextManager[object] | None = None,
 ) -> dict[str, Any]:
@@ -70,7 +78,10 @@ async def concurrent_runs(
         runs: how many runs.
         steps: ``noop`` steps each run takes once released.
         root: an empty directory.
-        shared: all runs journal in one file (one connection each) instead of one file each.
+        layout: ``file_per_run`` (:func:`proctor.run` with a journal file each),
+            ``shared_file`` (:func:`proctor.run`, all with the same file: a
+            connection each) or ``one_connection`` (every run on one open
+            journal, through the controller's ``start_run``).
         trace: trace Python allocations while the runs start.
         window: entered at the release, left when the last run ended (a profiler).
 
@@ -107,18 +118,21 @@ async def concurrent_runs(
     for k in range(runs):
         workspace = root / f"w{k}"
         workspace.mkdir()
-        journal = root / ("journal.db" if shared else f"journal-{k}.db")
+        journal = root / ("journal.db" if layout == "shared_file" else f"journal-{k}.db")
         tasks.append((noop_task(workspace), actor(), journal))
+    stack = contextlib.AsyncExitStack()
+    shared: Journal | None = None
+    if layout == "one_connection":
+        shared = await stack.enter_async_context(await Journal.open(root / "journal.db"))
     gc.collect()
     if trace:
         tracemalloc.start()
     heap_before = tracemalloc.get_traced_memory()[0] if trace else 0
     rss_before = _rss()
     start = time.perf_counter()
-    stack = contextlib.ExitStack()
     async with anyio.create_task_group() as tg:
         for task, act, journal in tasks:
-            tg.start_soon(_one, task, act, journal, registry)
+            tg.start_soon(_one, task, act, shared or journal, registry)
         await all_parked.wait()
         parked_at = time.perf_counter()
         rss = _rss() - rss_before
@@ -129,11 +143,11 @@ async def concurrent_runs(
             stack.enter_context(window)
         release.set()
     done_at = time.perf_counter()
-    stack.close()
+    await stack.aclose()
     return {
         "runs": runs,
         "steps": steps,
-        "shared_journal": shared,
+        "layout": layout,
         "start_s": parked_at - start,
         "rss_per_run": rss / runs,
         "heap_per_run": heap / runs,
@@ -141,17 +155,21 @@ async def concurrent_runs(
     }
 
 
-async def _one(task: Task, actor: FunctionActor, journal: Path, registry: ToolRegistry) -> None:
-    await run(task, actor, journal, tools=registry)
+async def _one(
+    task: Task, actor: FunctionActor, journal: Path | Journal, registry: ToolRegistry
+) -> None:
+    if isinstance(journal, Journal):
+        await start_run(task, actor, journal, tools=registry)
+    else:
+        await run(task, actor, journal, tools=registry)
 
 
 def measure_in_child(
-    runs: int, steps: int, *, shared: bool = False, trace: bool = False
+    runs: int, steps: int, *, layout: Layout = "file_per_run", trace: bool = False
 ) -> dict[str, Any]:
     """Run :func:`concurrent_runs` in a fresh child process; return its results."""
     argv = [sys.executable, "-m", "benchmarks.bench_concurrency", str(runs), str(steps)]
-    if shared:
-        argv.append("--shared")
+    argv += ["--layout", layout]
     if trace:
         argv.append("--tracemalloc")
     done = subprocess.run(argv, cwd=_ROOT, capture_output=True, text=True, check=False)
@@ -166,14 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
     parser.add_argument("runs", type=int)
     parser.add_argument("steps", type=int)
-    parser.add_argument("--shared", action="store_true", help="one journal file for all runs")
+    parser.add_argument("--layout", choices=LAYOUTS, default="file_per_run")
     parser.add_argument("--tracemalloc", action="store_true", help="trace Python allocations")
     args = parser.parse_args(argv)
     quiet_logs()
     with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
         result = anyio.run(
             lambda: concurrent_runs(
-                args.runs, args.steps, Path(tmp), shared=args.shared, trace=args.tracemalloc
+                args.runs, args.steps, Path(tmp), layout=args.layout, trace=args.tracemalloc
             ),
             backend="asyncio",
         )

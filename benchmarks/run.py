@@ -7,6 +7,7 @@ Usage::
     python benchmarks/run.py --quick          # a smoke run, well under a minute
     python benchmarks/run.py --only loop      # one benchmark (repeat --only for more)
     python benchmarks/run.py --only resume --profile   # where the time goes
+    python benchmarks/run.py --markdown       # the table in Markdown, for the docs
 
 Every benchmark runs several times (5 repetitions in a full run, 3 in a quick
 one). The table gives each figure's median, its spread (min-max over the
@@ -421,9 +422,15 @@ def _concurrency(p: Params) -> list[Figure]:
     from benchmarks.bench_concurrency import measure_in_child
 
     plain = [measure_in_child(p.runs, p.run_steps) for _ in range(p.reps)]
-    traced = [measure_in_child(p.runs, 0, trace=True) for _ in range(1 if p.quick else 3)]
+    extra = 1 if p.quick else 3
+    traced = [measure_in_child(p.runs, 0, trace=True) for _ in range(extra)]
+    one = [measure_in_child(p.runs, p.run_steps, layout="one_connection") for _ in range(extra)]
     kib = 1024.0
     note = f"{p.runs:,} runs, one journal file each, a fresh process per repetition"
+    one_note = (
+        f"{p.runs:,} runs on one open journal (start_run), {extra} repetitions: "
+        "what sharing one connection would give"
+    )
     return [
         Figure(
             "concurrency.steps",
@@ -443,10 +450,10 @@ def _concurrency(p: Params) -> list[Figure]:
         ),
         Figure(
             "concurrency.idle_heap",
-            "Idle run: Python heap (tracemalloc delta / runs)",
+            "Idle run: Python heap alone (tracemalloc delta / runs)",
             "KiB",
             tuple(r["heap_per_run"] / kib for r in traced),
-            note=note + f"; {len(traced)} repetitions",
+            note=note + f"; {extra} repetitions",
         ),
         Figure(
             "concurrency.start",
@@ -454,6 +461,20 @@ def _concurrency(p: Params) -> list[Figure]:
             "s",
             tuple(r["start_s"] for r in plain),
             note=note,
+        ),
+        Figure(
+            "concurrency.one_connection_rss",
+            "Idle run on one shared open journal: resident memory",
+            "KiB",
+            tuple(r["rss_per_run"] / kib for r in one),
+            note=one_note,
+        ),
+        Figure(
+            "concurrency.one_connection_steps",
+            f"{p.runs:,} concurrent runs on one shared open journal: total steps/s",
+            "steps/s",
+            tuple(r["steps_per_s"] for r in one),
+            note=one_note,
         ),
     ]
 
@@ -564,11 +585,12 @@ class Window:
     """
     A profiled stretch of a benchmark: ``with window:`` around the part that counts.
 
-    It keeps the profile, and the wall time, process CPU time and main-thread CPU
-    time spent inside (cProfile sees only the main thread; SQLite works in the
-    journal's own threads).
+    It keeps the wall time, the process CPU time and the main thread's CPU time
+    spent inside. The profiler is cProfile, or pyinstrument in its async mode
+    (wall time charged to the coroutine that awaits it), when ``sampler`` is set.
     """
 
+    sampler: Any = None
     profiler: cProfile.Profile = attrs.field(factory=cProfile.Profile)
     wall: float = 0.0
     cpu: float = 0.0
@@ -577,11 +599,17 @@ class Window:
 
     def __enter__(self) -> Window:
         self._marks = (time.perf_counter(), time.process_time(), time.thread_time())
-        self.profiler.enable()
+        if self.sampler is not None:
+            self.sampler.start()
+        else:
+            self.profiler.enable()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.profiler.disable()
+        if self.sampler is not None:
+            self.sampler.stop()
+        else:
+            self.profiler.disable()
         wall, cpu, main_cpu = self._marks
         self.wall += time.perf_counter() - wall
         self.cpu += time.process_time() - cpu
@@ -592,16 +620,23 @@ def _profiled(name: str, p: Params, window: Window) -> None:
     """Run one repetition of a benchmark's main figure, its part that counts in ``window``."""
     import anyio
 
+    # Every window is entered inside the event loop, so an async profiler sees the tasks.
+    async def in_window(make: Callable[[Path], Any]) -> None:
+        with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
+            awaitable = make(Path(tmp))
+            with window:
+                await awaitable
+
     if name == "loop":
-        from benchmarks.bench_loop import proctor_loop
+        from benchmarks.bench_loop import proctor_loop_at
 
-        with window:
-            proctor_loop(p.loop_steps)
+        anyio.run(in_window, lambda tmp: proctor_loop_at(p.loop_steps, tmp), backend="asyncio")
     elif name == "dispatch":
-        from benchmarks.bench_dispatch import dispatch_samples
+        from benchmarks.bench_dispatch import dispatch_samples_at
 
-        with window:
-            dispatch_samples(p.effects)
+        anyio.run(
+            in_window, lambda tmp: dispatch_samples_at(tmp / "j.db", p.effects), backend="asyncio"
+        )
     elif name == "concurrency":
         from benchmarks.bench_concurrency import concurrent_runs
 
@@ -612,12 +647,16 @@ def _profiled(name: str, p: Params, window: Window) -> None:
                 backend="asyncio",
             )
     elif name == "resume":
-        from benchmarks.bench_resume import build, resume_seconds, temporary_root
+        from benchmarks.bench_resume import build, temporary_root, time_resume
 
-        with temporary_root() as tmp:
-            history = build(p.resume_steps, Path(tmp))
-            with window:
-                resume_seconds(history, "profiled")
+        # The resume, not the writing of its history.
+        with temporary_root() as root:
+            history = build(p.resume_steps, Path(root))
+            anyio.run(
+                in_window,
+                lambda tmp: time_resume(history, history.copy("profiled")),
+                backend="asyncio",
+            )
     else:
         raise SystemExit(f"no profile for {name!r}: profile {', '.join(PROFILED)}")
 
@@ -625,24 +664,41 @@ def _profiled(name: str, p: Params, window: Window) -> None:
 PROFILED = ("loop", "dispatch", "concurrency", "resume")
 
 
+def _header(name: str, params: Params, window: Window, tool: str) -> str:
+    return (
+        f"profile of {name} ({'quick' if params.quick else 'full'} sizes), {tool}\n"
+        f"wall {window.wall:.2f} s; CPU {window.cpu:.2f} s, of which the main thread "
+        f"{window.main_cpu:.2f} s (the rest: SQLite's threads, which no profiler here "
+        "sees)\n\n"
+    )
+
+
 def profile(name: str, params: Params) -> str:
-    """Run one repetition of ``name`` under cProfile; return and write the report."""
+    """
+    Run one repetition of ``name`` under cProfile, then under pyinstrument if it is
+    installed; write the reports to ``benchmarks/results/profile-NAME*.txt`` and
+    return them.
+    """
     window = Window()
     _profiled(name, params, window)
     out = io.StringIO()
-    out.write(
-        f"profile of {name} ({'quick' if params.quick else 'full'} sizes)\n"
-        f"wall {window.wall:.2f} s; CPU {window.cpu:.2f} s, of which the main thread "
-        f"{window.main_cpu:.2f} s (the rest: SQLite's writer threads, which cProfile "
-        "does not see)\n\n"
-    )
+    out.write(_header(name, params, window, "cProfile"))
     stats = pstats.Stats(window.profiler, stream=out)
     stats.sort_stats("tottime").print_stats(30)
     stats.sort_stats("cumulative").print_stats(r"proctor|aiosqlite", 45)
     text = re.sub(r" +\n", "\n", out.getvalue())
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"profile-{name}.txt").write_text(text)
-    return text
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        return text + "\n(pip install pyinstrument for the async-aware profile)\n"
+    window = Window(sampler=Profiler(interval=0.0005, async_mode="enabled"))
+    _profiled(name, params, window)
+    tree = window.sampler.output_text(unicode=True, time="percent_of_total")
+    async_text = _header(name, params, window, "pyinstrument (async mode)") + tree
+    (RESULTS / f"profile-{name}-async.txt").write_text(async_text)
+    return f"{text}\n{async_text}"
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -720,6 +776,16 @@ def _memory() -> str:
     return "unknown"
 
 
+def _commit() -> str | None:
+    git = shutil.which("git")
+    if git is None:
+        return None
+    done = subprocess.run(
+        [git, "rev-parse", "HEAD"], cwd=_ROOT, capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() or None
+
+
 def _versions() -> dict[str, str]:
     versions = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
     for dist in (
@@ -770,6 +836,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"profile one repetition of each chosen benchmark ({', '.join(PROFILED)})",
     )
     parser.add_argument("--out", type=Path, help="where to write the JSON results")
+    parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     args = parser.parse_args(argv)
     from benchmarks.bench_loop import quiet_logs
 
@@ -785,7 +852,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     clock = time.perf_counter()
     figures, durations = measure(names, params)
     total = time.perf_counter() - clock
-    print(table(figures))
+    print(table(figures, markdown=args.markdown))
     print(f"\n{'quick' if params.quick else 'full'} run: {total:.0f} s ({durations})")
     out = args.out or RESULTS / ("results-quick.json" if params.quick else "results.json")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -796,6 +863,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": before,
         "loadavg_after": list(os.getloadavg()),
         "versions": _versions(),
+        "commit": _commit(),
         "argv": list(sys.argv if argv is None else argv),
         "durations_s": {**durations, "total": round(total, 1)},
         "figures": [f.to_json() for f in figures],

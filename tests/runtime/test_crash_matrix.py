@@ -15,9 +15,10 @@ Points run as many at a time as there are CPUs (at least two), each with its
 own task id so that the service's counters stay apart. The summary is printed
 and written to ``benchmarks/results/crash_matrix.json``.
 
-The runtime breaks an invariant at a few points (:func:`known_violations`); each
-has a minimal reproduction below, marked ``xfail(strict=True)``, and the matrix
-fails on any other.
+The matrix fails on any violation. Four points once broke an invariant (a key
+reused for a step a dead host lost, a completion lost with its host, a call the
+dead host made left uncharged, the dead host's children left running); each has
+a minimal reproduction below that now guards its fix.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from typing import Any
 
 import anyio
 import attrs
-import pytest
 from tests.support import crash_scenario as scenario
 from tests.support.service import Service, service_fixture  # noqa: F401 - the fixture
 
@@ -57,7 +57,7 @@ SETTLED = frozenset(
     {"confirmed", "failed", "reconciled_applied", "reconciled_not_applied", "escalated"}
 )
 
-#: The runtime's known violations: the check that fails, and why.
+#: Violations the matrix once found (the check that failed, and why); each is now guarded.
 KEY_REUSE = (
     "each_post_applied_once",
     "a resumed run reuses the idempotency key of an effect whose step was not journaled",
@@ -404,38 +404,6 @@ async def check_point(check: _Checker, site: _Site, before: Mapping[str, float])
     return tuple(f"{e.tool}:{e.state}" for e, _, _ in _uncertain_spans(effects))
 
 
-def known_violations(labels: Sequence[str]) -> dict[int, set[tuple[str, str]]]:
-    """
-    Return the points where the runtime is known to break an invariant, by n.
-
-    Args:
-        labels: the scenario's boundaries, in order (n = index + 1).
-    """
-
-    def n(label: str, start: int = 0) -> int:
-        return labels.index(label, start) + 1
-
-    known: dict[int, set[tuple[str, str]]] = collections.defaultdict(set)
-    # The first effect applied (its settlement under way) and its step not yet
-    # journaled: the resumed run counts one step fewer, derives that effect's key
-    # for its own first effect, a different call, and refuses it.
-    first_step = n("append_step:before")
-    for point in range(n("settle_effect:before"), first_step + 1):
-        known[point].add(KEY_REUSE)
-    # The verdict that completed the run is journaled, the run's end is not: the
-    # resumed run does not complete on the candidate already judged, and goes on.
-    end = n("end_run:before")
-    for point in (end - 1, end):
-        known[point].add(LOST_COMPLETION)
-    # A call was made (its outcome is being journaled) and its step's spend is not
-    # settled yet: the reservation that covered it is not inherited.
-    for start, label in enumerate(labels, start=1):
-        if label == "settle_effect:before":
-            for point in range(start, n("add_spend:before", start) + 1):
-                known[point].add(UNCHARGED)
-    return dict(known)
-
-
 async def run_matrix(base: Path, service: Service, labels: Sequence[str]) -> list[Point]:
     """Run every point of the matrix, and the one past its end."""
     workers = max(2, os.cpu_count() or 2)
@@ -457,7 +425,6 @@ def summarize(points: Sequence[Point], labels: Sequence[str], seconds: float) ->
     checks: collections.Counter[str] = collections.Counter()
     for p in points:
         checks.update(p.checks)
-    known = known_violations(labels)
     # How a recovery settled what the dead host left open, by the boundary it died at.
     recoveries: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for p in points:
@@ -478,12 +445,7 @@ def summarize(points: Sequence[Point], labels: Sequence[str], seconds: float) ->
         "invariants": dict(sorted(checks.items())),
         "checks": sum(checks.values()),
         "violations": [
-            {
-                "n": p.n,
-                "label": p.label,
-                "known": sorted(why for name, why in known.get(p.n, ()) if name in p.failed()),
-                "violations": list(p.violations),
-            }
+            {"n": p.n, "label": p.label, "violations": list(p.violations)}
             for p in points
             if p.violations
         ],
@@ -506,13 +468,8 @@ async def test_the_host_dies_at_every_journal_boundary_and_the_task_recovers(
     *crashed, past = points
     assert all(p.crashed for p in crashed), [p.n for p in crashed if not p.crashed]
     assert not past.crashed
-    known = known_violations(labels)
-    unexpected = [
-        (p.n, p.label, p.violations)
-        for p in points
-        if p.failed() - {name for name, _ in known.get(p.n, ())}
-    ]
-    assert not unexpected, json.dumps(unexpected, indent=2)
+    violations = [(p.n, p.label, p.violations) for p in points if p.failed()]
+    assert not violations, json.dumps(violations, indent=2)
 
 
 async def _point_at(
@@ -524,7 +481,6 @@ async def _point_at(
     return await run_point(at[occurrence - 1], tmp_path, service, hold)
 
 
-@pytest.mark.xfail(reason=KEY_REUSE[1], strict=True)
 async def test_a_resumed_run_never_reuses_the_key_of_an_effect_whose_step_was_lost(
     tmp_path: Path, service: Service
 ) -> None:
@@ -535,7 +491,6 @@ async def test_a_resumed_run_never_reuses_the_key_of_an_effect_whose_step_was_lo
     assert point.violations == ()
 
 
-@pytest.mark.xfail(reason=LOST_COMPLETION[1], strict=True)
 async def test_a_completion_decided_before_the_host_died_is_kept(
     tmp_path: Path, service: Service
 ) -> None:
@@ -547,7 +502,6 @@ async def test_a_completion_decided_before_the_host_died_is_kept(
     assert point.violations == ()
 
 
-@pytest.mark.xfail(reason=UNCHARGED[1], strict=True)
 async def test_a_call_the_dead_host_made_is_charged_to_the_task(
     tmp_path: Path, service: Service
 ) -> None:
@@ -559,9 +513,6 @@ async def test_a_call_the_dead_host_made_is_charged_to_the_task(
     assert "applied_calls_charged" not in point.failed(), point.violations
 
 
-@pytest.mark.xfail(
-    reason="a resumed run leaves its dead predecessor's process groups running", strict=True
-)
 async def test_a_resumed_run_ends_the_children_of_its_dead_predecessor(
     tmp_path: Path, service: Service
 ) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import socket
 import tempfile
 import time
@@ -57,6 +58,7 @@ from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, ActorSpen
 from proctor.runtime._effects import (
     EffectLedger,
     EffectState,
+    Target,
     args_hash,
     effect_key,
     file_digests,
@@ -72,7 +74,7 @@ from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normali
 from proctor.runtime._normalize import canonical_json, fingerprint
 from proctor.runtime._operator import apply_amendment
 from proctor.runtime._outcome import Candidate, Handoff, RunResult
-from proctor.runtime._process import ProcessGroups
+from proctor.runtime._process import ProcessGroups, group_alive
 from proctor.runtime._records import (
     Claim,
     Completion,
@@ -474,17 +476,17 @@ class Controller:
     async def _calls(self, calls: Sequence[ToolCall], step_grant: int) -> None:
         items: list[Act | Refused] = []
         results: list[ToolResult] = []
-        spent: dict[str, float] = {"steps": 1.0}
+        # Charged at once: if the host dies during the calls, the turn is still spent.
+        await self._settle(step_grant, {"steps": 1.0})
         round_id = f"r{self.step + 1}" if len(calls) > 1 else None
         for call in calls:
-            item = await self._dispatch(call, spent)
+            item = await self._dispatch(call)
             items.append(item)
             results.append(
                 item.result
                 if isinstance(item, Act)
                 else ToolResult(ToolStatus.REFUSED, f"refused: {item.reason}")
             )
-        await self._settle(step_grant, spent)
         rulings = self.judge.round(items)
         last: Ruling | None = None
         for item, result, ruling in zip(items, results, rulings, strict=True):
@@ -502,7 +504,7 @@ class Controller:
             text += "\n" + "\n".join(notes)
         await self._observe(kind, text, results)
 
-    async def _dispatch(self, call: ToolCall, spent: dict[str, float]) -> Act | Refused:
+    async def _dispatch(self, call: ToolCall) -> Act | Refused:
         """Run one call, or refuse it. The completion fence is checked here, first."""
         if self.judge.terminal:
             return Refused(call, f"fence: the run has ended ({self.judge.disposition})")
@@ -515,17 +517,14 @@ class Controller:
         if isinstance(grant, Exhaustion):
             return Refused(call, f"budget: {grant.describe()}; the call was not sent")
         before = self.judge.digest
-        try:
-            if spec.effectful:
-                outcome = await self._effect(call, spec)
-            else:
-                outcome = await call_tool(self.registry, self.context, call.tool, call.args)
-        finally:
-            await self._release(grant)
+        if spec.effectful:
+            outcome = await self._effect(call, spec, grant, amounts)
+        else:
+            # A call is charged before it is made: a host that dies during it still paid.
+            await self._settle(grant, amounts)
+            outcome = await call_tool(self.registry, self.context, call.tool, call.args)
         if isinstance(outcome, Refused):
             return outcome
-        for k, v in amounts.items():
-            spent[k] = spent.get(k, 0.0) + v
         after = before
         if spec.effectful:
             for name in spec.paths:
@@ -534,7 +533,9 @@ class Controller:
             after = await self._digest()
         return Act(call, outcome, before, after)
 
-    async def _effect(self, call: ToolCall, spec: ToolSpec) -> ToolResult | Refused:
+    async def _effect(
+        self, call: ToolCall, spec: ToolSpec, grant: int, amounts: dict[str, float]
+    ) -> ToolResult | Refused:
         """
         Dispatch an effectful call through the effect ledger.
 
@@ -542,35 +543,19 @@ class Controller:
         before the call leaves the process. An uncertain outcome is reconciled at
         once by a permitted read; a write found not applied is sent again with the
         same key, within the retry budget. No replacement write goes to a target
-        whose effect is uncertain.
+        whose effect is uncertain. The call is charged when its intent is journaled;
+        a refused call is not.
         """
-        self._sequence += 1
+        # The sequence counts the task's effects (the ledger holds every one the
+        # journal knows of): a key is never reused, even for a step a dead host lost.
+        self._sequence = max(self._sequence, len(self.effects.records())) + 1
         key = idempotency_key(self.task_id, self.step_base + self.step + 1, self._sequence)
-        try:
-            target = target_of(spec, call.args, self.context.workspace)
-            holder = self.effects.blocks(target, key)
-            if holder is not None:
-                return Refused(
-                    call,
-                    f"uncertain: an earlier effect on {target.text} ({holder.key}) has an "
-                    "unknown outcome; it must be reconciled before another write goes there",
-                )
-            before, intended = await file_digests(call.tool, call.args, self.context.workspace)
-            self.effects.plan(key, call.tool, call.args, target, before, intended_digest=intended)
-        except (EffectError, WorkspaceError) as exc:
-            return Refused(call, f"effect: {exc}")
-        await self.journal.add_note(
-            self.run_id,
-            "effect",
-            {
-                "key": key,
-                "tool": call.tool,
-                "args": call.args,
-                "target": target.text,
-                "before": before,
-                "intended": intended,
-            },
-        )
+        refusal = await self._plan_effect(call, spec, key)
+        if isinstance(refusal, Refused):
+            await self._release(grant)
+            return refusal
+        target = refusal
+        await self._settle(grant, amounts)
         attempt = 0
         while True:
             try:
@@ -619,6 +604,35 @@ class Controller:
             await self._settle(retry, {"retries": 1.0})
             await anyio.sleep(min(30.0, 0.5 * 2 ** (attempt - 1)) * random.random())
             self.effects.plan(key, call.tool, call.args, target)
+
+    async def _plan_effect(self, call: ToolCall, spec: ToolSpec, key: str) -> Target | Refused:
+        """Plan an effect in the ledger and journal what a later reconciliation needs."""
+        try:
+            target = target_of(spec, call.args, self.context.workspace)
+            holder = self.effects.blocks(target, key)
+            if holder is not None:
+                return Refused(
+                    call,
+                    f"uncertain: an earlier effect on {target.text} ({holder.key}) has an "
+                    "unknown outcome; it must be reconciled before another write goes there",
+                )
+            before, intended = await file_digests(call.tool, call.args, self.context.workspace)
+            self.effects.plan(key, call.tool, call.args, target, before, intended_digest=intended)
+        except (EffectError, WorkspaceError) as exc:
+            return Refused(call, f"effect: {exc}")
+        await self.journal.add_note(
+            self.run_id,
+            "effect",
+            {
+                "key": key,
+                "tool": call.tool,
+                "args": call.args,
+                "target": target.text,
+                "before": before,
+                "intended": intended,
+            },
+        )
+        return target
 
     async def _send(self, key: str, call: ToolCall) -> ToolResult:
         """Call the tool with the effect's key in context; a cancellation leaves it uncertain."""
@@ -686,6 +700,11 @@ class Controller:
         known = self.judge.evidence.get((current, self.task.contract_version), {})
         names = [c.name for c in self.task.all_checks()]
         if names and all(name in known for name in names):
+            accepted = self.judge.accept()
+            if accepted is not None:
+                # Judged already (perhaps by a run whose host died before it ended).
+                await self._record("verdict", accepted)
+                return
             failing = [n for n in names if not known[n]]
             if report:
                 await self._observe(
@@ -837,7 +856,7 @@ class Controller:
                 if isinstance(message, ToolCall | Round):
                     calls = (message,) if isinstance(message, ToolCall) else message.calls
                     for call in calls:
-                        refused = await self._dispatch(call, {})
+                        refused = await self._dispatch(call)
                         assert isinstance(refused, Refused)
                         ruling = Ruling(Decision.REFUSE, False, refused.reason)
                         result = ToolResult(ToolStatus.REFUSED, f"refused: {refused.reason}")
@@ -854,6 +873,82 @@ class Controller:
                     await self._record("message", ruling, event=None)
                     await self._observe(ObservationKind.REFUSAL, "the run has ended")
         self.actor_scope.cancel()
+
+
+async def _close_interrupted(journal: JournalLike, task_id: str, successor: str) -> None:
+    """
+    End the task's runs whose host died (still ``running``): with the disposition
+    their journal recorded, if they had reached one, else as interrupted; and end
+    whatever their children left running. From then on the journal refuses their
+    effect dispatches.
+    """
+    for row in await journal.runs_of_task(task_id):
+        if row.status != "running" or row.run_id == successor:
+            continue
+        steps = await journal.steps(row.run_id)
+        ended = [s for s in steps if s.get("disposition")]
+        if ended:
+            disposition, reason = str(ended[-1]["disposition"]), ended[-1].get("stop_reason")
+        else:
+            disposition = Disposition.FAILED.value
+            reason = {
+                "code": "interrupted",
+                "message": f"the run's host died; run {successor} resumed the task",
+                "owner": "operator",
+            }
+        with contextlib.suppress(FencedError):
+            await journal.end_run(
+                row.run_id,
+                row.epoch,
+                disposition=disposition,
+                stop_reason=reason,
+                candidate_digest=None,
+                handoff=None,
+            )
+        for group in await journal.processes(row.run_id):
+            if group.ended_at is not None:
+                continue
+            how = await anyio.to_thread.run_sync(_end_group, group.pgid)
+            await journal.end_process(row.run_id, group.pgid, how)
+        for pgid in await anyio.to_thread.run_sync(_groups_of, row.run_id):
+            await anyio.to_thread.run_sync(_end_group, pgid)
+
+
+def _end_group(pgid: int) -> str:
+    """End a process group a dead host left: SIGTERM, then SIGKILL."""
+    if not group_alive(pgid):
+        return "exited"
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return "terminated"
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    return "killed"
+
+
+def _groups_of(run_id: str) -> set[int]:
+    """
+    The process groups still running whose environment names ``run_id``: every
+    command a run starts carries ``PROCTOR_RUN``, so even a group its host died
+    before journaling is found.
+    """
+    marker = f"PROCTOR_RUN={run_id}".encode()
+    found: set[int] = set()
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.add(os.getpgid(int(entry.name)))
+        except (OSError, ProcessLookupError):
+            continue
+    found.discard(os.getpgrp())
+    return found
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -1098,6 +1193,8 @@ async def _run(
         workspace=Workspace.at(task.workspace),
         command_time_limit=task.command_time_limit,
         groups=groups,
+        # Marks every child, so a successor can find what a dead host left running.
+        env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
     )
     hasher = TreeHasher(task.workspace, task.ignore)
     judge = Judge(
@@ -1109,6 +1206,8 @@ async def _run(
     greeting = ""
     effects = EffectLedger()
     step_base = 0
+    if inherits and not takeover:
+        await _close_interrupted(journal, task_id, run_id)
     if not inherits:
         baseline = hasher.files()
         await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})

@@ -349,6 +349,25 @@ class Judge:
         self.state_version += 1
         return True
 
+    def accept(self) -> Ruling | None:
+        """
+        Complete a build whose candidate, as it stands, already has passing evidence
+        for every required check under the current contract (judged before, by this
+        run or an earlier one of the task). None when it has not.
+        """
+        if self.disposition is not None or self.task.kind != "build":
+            return None
+        if not self.passing(self.digest):
+            return None
+        names = sorted(self.evidence[(self.digest, self.contract_version)])
+        return self._finish(
+            Disposition.COMPLETED,
+            "checks_passed",
+            f"every required check had passed on candidate {self.digest[:12]}",
+            "none",
+            evidence=tuple(f"{name}@{self.digest}" for name in names),
+        )
+
     def reopen(self) -> None:
         """
         Continue a task whose run ended (a resume): the disposition is cleared and the
