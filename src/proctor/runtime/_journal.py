@@ -1453,22 +1453,7 @@ class Journal:
         sql = _Sql.filtered(_Sql.effects, _Sql.effects_filters, present, _Sql.effects_order)
         async with self._use("read effects") as db:
             rows = await db.execute_fetchall(sql, params)
-        return [
-            EffectRow(
-                key=row[0],
-                run_id=row[1],
-                task_id=row[2],
-                step=row[3],
-                tool=row[4],
-                target=row[5],
-                args_hash=row[6],
-                state=row[7],
-                created_at=row[8],
-                updated_at=row[9],
-                outcome=_load_opt(row[10]),
-            )
-            for row in rows
-        ]
+        return [_effect_row(row) for row in rows]
 
     # -- evidence -----------------------------------------------------------------------
 
@@ -1684,8 +1669,28 @@ _STEP_FIELDS: tuple[str, ...] = (
 _STEP_KNOWN = frozenset((*_STEP_FIELDS, "run_id", "event"))
 
 
+def _valid(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _dump(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """
+    JSON for a text column. Text that is not valid Unicode (a lone surrogate, which
+    JSON from an agent may carry) is kept exactly, as an escape.
+    """
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if _valid(text) else json.dumps(value, separators=(",", ":"))
+
+
+def _clean(text: str) -> str:
+    """A plain text column holds valid Unicode: a lone surrogate becomes U+FFFD."""
+    if _valid(text):
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _dump_opt(value: Any) -> str | None:
@@ -1771,6 +1776,7 @@ def _step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str
     params["remaining"] = _dump(params["remaining"])
     params["stop_reason"] = _dump_opt(params["stop_reason"])
     params["progress"] = bool(params["progress"])
+    params["reason"] = _clean(str(params["reason"]))
     params["event"] = _dump_opt(record.get("event"))
     # Fields this schema has no column for yet are kept, not dropped.
     extra = {key: value for key, value in record.items() if key not in _STEP_KNOWN}
@@ -1824,6 +1830,23 @@ def _step_record(row: Any) -> dict[str, Any]:
     if extra is not None:
         record.update(_load(extra))
     return record
+
+
+def _effect_row(row: Any) -> EffectRow:
+    """An effects row, as both backends select it, as a record."""
+    return EffectRow(
+        key=row[0],
+        run_id=row[1],
+        task_id=row[2],
+        step=row[3],
+        tool=row[4],
+        target=row[5],
+        args_hash=row[6],
+        state=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        outcome=_load_opt(row[10]),
+    )
 
 
 def _run_row(row: Any) -> RunRow:

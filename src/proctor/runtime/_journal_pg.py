@@ -78,10 +78,10 @@ from proctor.runtime._journal import (
     _check_worker,
     _dump,
     _dump_opt,
+    _effect_row,
     _fenced_error,
     _field,
     _load,
-    _load_opt,
     _run_row,
     _settle_fence,
     _step_params,
@@ -1119,22 +1119,7 @@ class PgJournal:
         sql = _Sql.filtered(_Sql.effects, _Sql.effects_filters, present, _Sql.effects_order)
         async with self._use("read effects") as conn:
             rows = await conn.fetch(sql, *(given[name] for name in present))
-        return [
-            EffectRow(
-                key=row[0],
-                run_id=row[1],
-                task_id=row[2],
-                step=row[3],
-                tool=row[4],
-                target=row[5],
-                args_hash=row[6],
-                state=row[7],
-                created_at=row[8],
-                updated_at=row[9],
-                outcome=_load_opt(row[10]),
-            )
-            for row in rows
-        ]
+        return [_effect_row(row) for row in rows]
 
     # -- evidence -----------------------------------------------------------------------
 
