@@ -87,7 +87,9 @@ async def concurrent_runs(
 
     Returns:
         ``start_s`` (until all are parked), ``rss_per_run`` and ``heap_per_run``
-        (bytes, heap only when traced), ``steps_per_s``.
+        (bytes, heap only when traced), ``steps_per_s``, and the CPU time
+        (``steps_cpu_s``, ``steps_main_cpu_s`` for the event loop's thread) and
+        wall time (``steps_wall_s``) from the release to the end of the last run.
     """
     registry = noop_registry()
     parked = 0
@@ -141,8 +143,10 @@ async def concurrent_runs(
             tracemalloc.stop()
         if window is not None:
             stack.enter_context(window)
+        cpu, main_cpu = time.process_time(), time.thread_time()
         release.set()
     done_at = time.perf_counter()
+    cpu, main_cpu = time.process_time() - cpu, time.thread_time() - main_cpu
     await stack.aclose()
     return {
         "runs": runs,
@@ -152,6 +156,9 @@ async def concurrent_runs(
         "rss_per_run": rss / runs,
         "heap_per_run": heap / runs,
         "steps_per_s": runs * steps / (done_at - parked_at),
+        "steps_cpu_s": cpu,
+        "steps_main_cpu_s": main_cpu,
+        "steps_wall_s": done_at - parked_at,
     }
 
 

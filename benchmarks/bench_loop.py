@@ -23,11 +23,13 @@ are shared by the other benchmarks. Run it through ``python benchmarks/run.py
 
 from __future__ import annotations
 
+import collections
+import inspect
 import logging
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import attrs
@@ -43,11 +45,15 @@ from proctor.runtime import (
     ToolSpec,
     ToolStatus,
 )
+from proctor.runtime._controller import start_run
+from proctor.runtime._journal import Journal, JournalLike
 
 __all__ = (
     "NOOP_SPEC",
     "LoopRate",
     "counting_actor",
+    "journal_calls",
+    "journal_calls_at",
     "noop_registry",
     "noop_task",
     "proctor_loop",
@@ -162,6 +168,52 @@ async def proctor_loop_at(
             f"({result.stop_reason})"
         )
     return LoopRate(steps / elapsed, (steps - 1) / (stamps[steps - 1] - stamps[0]))
+
+
+class _CountingJournal:
+    """A journal that counts the calls made to it, by method (spend by kind)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.journal, name)
+        if not inspect.iscoroutinefunction(attribute):
+            return attribute
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            kind = kwargs.get("kind", args[3] if name == "add_spend" and len(args) > 3 else None)
+            self.calls[f"{name}:{kind}" if name == "add_spend" else name] += 1
+            return await attribute(*args, **kwargs)
+
+        return counted
+
+
+async def journal_calls_at(steps: int, root: Path) -> dict[str, float]:
+    """
+    Run the loop once on a counting journal; return the journal calls per step, by method.
+
+    Calls made once per run (creating it, ending it) are left out: those whose
+    count is below the number of steps.
+    """
+    workspace = root / "workspace"
+    workspace.mkdir()
+    async with await Journal.open(root / "journal.db") as journal:
+        counting = _CountingJournal(journal)
+        await start_run(
+            noop_task(workspace),
+            counting_actor(steps),
+            cast(JournalLike, counting),
+            tools=noop_registry(),
+        )
+    return {name: n / steps for name, n in sorted(counting.calls.items()) if n >= steps}
+
+
+def journal_calls(steps: int) -> dict[str, float]:
+    """Count the journal calls per step of one loop, in a fresh temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
+        return anyio.run(journal_calls_at, steps, Path(tmp), backend="asyncio")
 
 
 def proctor_loop(steps: int, files: int = 0) -> LoopRate:

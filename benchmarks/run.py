@@ -3,18 +3,19 @@ Run proctor's benchmarks, side by side with LangGraph, and report them in one ta
 
 Usage::
 
-    python benchmarks/run.py                  # everything, about 5 minutes on 2 cores
+    python benchmarks/run.py                  # everything, 6 to 9 minutes on 2 cores
     python benchmarks/run.py --quick          # a smoke run, well under a minute
     python benchmarks/run.py --only loop      # one benchmark (repeat --only for more)
     python benchmarks/run.py --only resume --profile   # where the time goes
-    python benchmarks/run.py --markdown       # the table in Markdown, for the docs
+    python benchmarks/run.py --show benchmarks/results/results.json --markdown
 
 Every benchmark runs several times (5 repetitions in a full run, 3 in a quick
 one). The table gives each figure's median, its spread (min-max over the
 repetitions for rates and totals, p10-p90 over all samples for the latency of
 one operation), its unit, its goal and whether the goal is met. The results,
 with the machine, the versions and the date, go to
-``benchmarks/results/results.json`` (``results-quick.json`` for a quick run).
+``benchmarks/results/results.json`` (``results-quick.json`` for a quick run,
+``results-NAME.json`` for a part of them).
 
 The benchmarks (``--only NAME``):
 
@@ -30,8 +31,10 @@ The benchmarks (``--only NAME``):
 - ``postgres``: the loop and the effect record on PostgreSQL, when
   ``PROCTOR_BENCH_PG_URL`` names a server.
 
-``--profile`` runs one repetition of each chosen benchmark under ``cProfile``
-instead, and writes the top functions to ``benchmarks/results/profile-NAME.txt``.
+``--profile`` runs one repetition of ``loop``, ``dispatch``, ``concurrency`` or
+``resume`` under cProfile instead, then under pyinstrument's async mode when it
+is installed, and writes the reports to ``benchmarks/results/profile-NAME.txt``
+and ``profile-NAME-async.txt``.
 """
 
 from __future__ import annotations
@@ -200,12 +203,16 @@ class Figure:
 # -- the benchmarks ------------------------------------------------------------------------
 
 
+def _times(n: int) -> str:
+    return f"{n} repetition" + ("" if n == 1 else "s")
+
+
 def _per_rep(reps: int, fn: Callable[[int], float]) -> tuple[float, ...]:
     return tuple(fn(rep) for rep in range(reps))
 
 
 def _loop(p: Params) -> list[Figure]:
-    from benchmarks.bench_loop import proctor_loop
+    from benchmarks.bench_loop import journal_calls, proctor_loop
 
     note = f"{p.loop_steps:,} steps of a noop tool, SQLite file, whole run timed"
     proctor_rates: list[float] = []
@@ -262,6 +269,16 @@ def _loop(p: Params) -> list[Figure]:
                 skipped=missing,
             )
         )
+    calls = journal_calls(p.loop_steps)
+    figures.append(
+        Figure(
+            "loop.journal_calls",
+            "Durable loop: proctor's journal calls per step",
+            "calls",
+            (sum(calls.values()),),
+            note=", ".join(f"{name} {n:.3g}" for name, n in calls.items()),
+        )
+    )
     matched = graph_rates.get("matched", [])
     fastest = [max(rates) for rates in zip(*graph_rates.values(), strict=True)]
     figures += [
@@ -422,13 +439,13 @@ def _concurrency(p: Params) -> list[Figure]:
     from benchmarks.bench_concurrency import measure_in_child
 
     plain = [measure_in_child(p.runs, p.run_steps) for _ in range(p.reps)]
-    extra = 1 if p.quick else 3
+    extra = 1 if p.quick else 2
     traced = [measure_in_child(p.runs, 0, trace=True) for _ in range(extra)]
     one = [measure_in_child(p.runs, p.run_steps, layout="one_connection") for _ in range(extra)]
     kib = 1024.0
     note = f"{p.runs:,} runs, one journal file each, a fresh process per repetition"
     one_note = (
-        f"{p.runs:,} runs on one open journal (start_run), {extra} repetitions: "
+        f"{p.runs:,} runs on one open journal (start_run), {_times(extra)}: "
         "what sharing one connection would give"
     )
     return [
@@ -439,6 +456,18 @@ def _concurrency(p: Params) -> list[Figure]:
             tuple(r["steps_per_s"] for r in plain),
             goal=(">=", 10_000.0),
             note=note + "; from the release of the parked runs to the end of the last",
+        ),
+        Figure(
+            "concurrency.cpu_per_step",
+            f"{p.runs:,} concurrent runs: CPU time per step, all threads",
+            "ms",
+            tuple(1000 * r["steps_cpu_s"] / (p.runs * p.run_steps) for r in plain),
+            note="from the release to the end of the last run; event loop's thread: "
+            + ", ".join(
+                f"{100 * r['steps_main_cpu_s'] / r['steps_cpu_s']:.0f}%"
+                for r in plain
+                if r["steps_cpu_s"]
+            ),
         ),
         Figure(
             "concurrency.idle_rss",
@@ -453,7 +482,7 @@ def _concurrency(p: Params) -> list[Figure]:
             "Idle run: Python heap alone (tracemalloc delta / runs)",
             "KiB",
             tuple(r["heap_per_run"] / kib for r in traced),
-            note=note + f"; {extra} repetitions",
+            note=note + f"; {_times(extra)}",
         ),
         Figure(
             "concurrency.start",
@@ -467,6 +496,13 @@ def _concurrency(p: Params) -> list[Figure]:
             "Idle run on one shared open journal: resident memory",
             "KiB",
             tuple(r["rss_per_run"] / kib for r in one),
+            note=one_note,
+        ),
+        Figure(
+            "concurrency.one_connection_start",
+            f"{p.runs:,} concurrent runs on one shared open journal: start until all are parked",
+            "s",
+            tuple(r["start_s"] for r in one),
             note=one_note,
         ),
         Figure(
@@ -716,18 +752,18 @@ def _number(value: float) -> str:
     return f"{value:#.3g}"
 
 
-def _row(figure: Figure) -> list[str]:
-    if figure.skipped is not None:
-        return [figure.title, "-", "", figure.unit, figure.goal_text(), figure.skipped]
-    median = figure.median
-    spread = figure.low_high
-    met = figure.met
+def _row(figure: dict[str, Any]) -> list[str]:
+    """A row of the table, from a figure as :meth:`Figure.to_json` gives it."""
+    goal = figure["goal"] or ""
+    if figure["skipped"] is not None:
+        return [figure["title"], "-", "", figure["unit"], goal, figure["skipped"]]
+    median, low, high, met = figure["median"], figure["low"], figure["high"], figure["met"]
     return [
-        figure.title,
+        figure["title"],
         _number(median) if median is not None else "",
-        f"{_number(spread[0])}\u2013{_number(spread[1])} ({figure.spread_kind})" if spread else "",
-        figure.unit,
-        figure.goal_text(),
+        f"{_number(low)}\u2013{_number(high)} ({figure['spread']})" if low is not None else "",
+        figure["unit"],
+        goal,
         "" if met is None else ("yes" if met else "NO"),
     ]
 
@@ -735,9 +771,9 @@ def _row(figure: Figure) -> list[str]:
 HEADER = ["figure", "median", "spread", "unit", "goal", "met?"]
 
 
-def table(figures: Sequence[Figure], markdown: bool = False) -> str:
-    """The figures as a text table (or a Markdown one)."""
-    rows = [_row(f) for f in figures]
+def table(figures: Sequence[Figure | dict[str, Any]], markdown: bool = False) -> str:
+    """The figures (or their JSON) as a text table, or a Markdown one."""
+    rows = [_row(f.to_json() if isinstance(f, Figure) else f) for f in figures]
     if markdown:
         lines = ["| " + " | ".join(HEADER) + " |", "| --- | ---: | ---: | --- | --- | --- |"]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -837,10 +873,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="where to write the JSON results")
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
+    parser.add_argument(
+        "--show", type=Path, metavar="JSON", help="print the table of earlier results, run nothing"
+    )
     args = parser.parse_args(argv)
     from benchmarks.bench_loop import quiet_logs
 
     quiet_logs()
+    if args.show is not None:
+        print(table(json.loads(args.show.read_text())["figures"], markdown=args.markdown))
+        return 0
     params = Params.smoke() if args.quick else Params.full()
     names = args.only or list(BENCHMARKS)
     if args.profile:
@@ -854,7 +896,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = time.perf_counter() - clock
     print(table(figures, markdown=args.markdown))
     print(f"\n{'quick' if params.quick else 'full'} run: {total:.0f} s ({durations})")
-    out = args.out or RESULTS / ("results-quick.json" if params.quick else "results.json")
+    # Only a full run of everything writes results.json: a part never overwrites the whole.
+    name = "results-quick.json" if params.quick else "results.json"
+    if args.only:
+        name = name.replace("results", "results-" + "-".join(args.only))
+    out = args.out or RESULTS / name
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "date": started.isoformat(timespec="seconds"),
