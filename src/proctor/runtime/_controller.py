@@ -390,9 +390,8 @@ class Controller:
 
     async def _amendments(self) -> None:
         """Apply the operator's journaled amendments of the contract, in order."""
-        for note in await self.journal.notes(self.run_id):
-            if note["id"] <= self._notes_seen:
-                continue
+        kinds = ("amend", "retune-request")
+        for note in await self.journal.notes(self.run_id, after=self._notes_seen, kinds=kinds):
             self._notes_seen = note["id"]
             body = note["body"]
             if note["kind"] == "retune-request":

@@ -497,7 +497,7 @@ class _Sql:
     """
 
     add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES (?, ?, ?, ?)"
-    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = ? ORDER BY id"
+    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = ? AND id > ? ORDER BY id"
 
     # -- leases: lease times are seconds since the epoch by SQLite's clock --------------
 
@@ -788,7 +788,9 @@ class JournalLike(Protocol):
     async def processes(self, run_id: str) -> list[ProcessRow]: ...
 
     async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None: ...
-    async def notes(self, run_id: str) -> list[dict[str, Any]]: ...
+    async def notes(
+        self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]: ...
 
     async def integrity_check(self) -> str: ...
 
@@ -1582,10 +1584,21 @@ class Journal:
             await db.execute(_Sql.add_note, (run_id, kind, _dump(body), time.time()))
             _crash_point("add_note:after")
 
-    async def notes(self, run_id: str) -> list[dict[str, Any]]:
-        """Return a run's notes in order, as ``{id, run_id, kind, body, at}``."""
+    async def notes(
+        self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """
+        Return a run's notes in order, as ``{id, run_id, kind, body, at}``.
+
+        Args:
+            run_id: the run.
+            after: only notes with a larger id (what a poller has not seen yet).
+            kinds: only notes of these kinds.
+        """
         async with self._use(f"read notes of run {run_id}") as db:
-            rows = await db.execute_fetchall(_Sql.notes, (run_id,))
+            rows = await db.execute_fetchall(_Sql.notes, (run_id, after))
+        if kinds is not None:
+            rows = [row for row in rows if row[2] in kinds]
         return [
             {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
             for nid, rid, kind, body, at in rows

@@ -451,7 +451,7 @@ class _Sql:
     """
 
     add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES ($1, $2, $3, $4)"
-    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = $1 ORDER BY id"
+    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = $1 AND id > $2 ORDER BY id"
 
     # -- leases ---------------------------------------------------------------------
 
@@ -1213,10 +1213,14 @@ class PgJournal:
         async with self._use(f"add note to run {run_id}") as conn:
             await conn.execute(_Sql.add_note, run_id, kind, _dump(body), time.time())
 
-    async def notes(self, run_id: str) -> list[dict[str, Any]]:
-        """Return a run's notes in order, as ``{id, run_id, kind, body, at}``."""
+    async def notes(
+        self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Return a run's notes in order (see :meth:`Journal.notes`)."""
         async with self._use(f"read notes of run {run_id}") as conn:
-            rows = await conn.fetch(_Sql.notes, run_id)
+            rows = await conn.fetch(_Sql.notes, run_id, after)
+        if kinds is not None:
+            rows = [row for row in rows if row[2] in kinds]
         return [
             {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
             for nid, rid, kind, body, at in rows
