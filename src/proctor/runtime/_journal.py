@@ -44,7 +44,7 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Protocol, Self
 
 import aiosqlite
@@ -1016,14 +1016,7 @@ class Journal:
             rows = list(await db.execute_fetchall(_Sql.get_task, (task_id,)))
         if not rows:
             raise JournalError(f"journal {self._path}: no task {task_id!r}")
-        tid, goal, spec, contract_version, created_at = rows[0]
-        return {
-            "task_id": tid,
-            "goal": goal,
-            "spec": _load(spec),
-            "contract_version": contract_version,
-            "created_at": created_at,
-        }
+        return _task_record(rows[0])
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -1597,12 +1590,7 @@ class Journal:
         """
         async with self._use(f"read notes of run {run_id}") as db:
             rows = await db.execute_fetchall(_Sql.notes, (run_id, after))
-        if kinds is not None:
-            rows = [row for row in rows if row[2] in kinds]
-        return [
-            {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
-            for nid, rid, kind, body, at in rows
-        ]
+        return _note_records(rows, kinds)
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -1843,6 +1831,27 @@ def _step_record(row: Any) -> dict[str, Any]:
     if extra is not None:
         record.update(_load(extra))
     return record
+
+
+def _task_record(row: Any) -> dict[str, Any]:
+    """A tasks row, as both backends select it, as plain data."""
+    tid, goal, spec, contract_version, created_at = row
+    return {
+        "task_id": tid,
+        "goal": goal,
+        "spec": _load(spec),
+        "contract_version": contract_version,
+        "created_at": created_at,
+    }
+
+
+def _note_records(rows: Iterable[Any], kinds: Sequence[str] | None) -> list[dict[str, Any]]:
+    """Notes rows, as both backends select them, as plain data (bodies decoded)."""
+    return [
+        {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
+        for nid, rid, kind, body, at in rows
+        if kinds is None or kind in kinds
+    ]
 
 
 def _effect_row(row: Any) -> EffectRow:

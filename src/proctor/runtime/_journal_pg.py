@@ -82,10 +82,12 @@ from proctor.runtime._journal import (
     _fenced_error,
     _field,
     _load,
+    _note_records,
     _run_row,
     _settle_fence,
     _step_params,
     _step_record,
+    _task_record,
 )
 
 if TYPE_CHECKING:
@@ -748,14 +750,7 @@ class PgJournal:
             row = await conn.fetchrow(_Sql.get_task, task_id)
         if row is None:
             raise JournalError(f"journal {self._url}: no task {task_id!r}")
-        tid, goal, spec, contract_version, created_at = row
-        return {
-            "task_id": tid,
-            "goal": goal,
-            "spec": _load(spec),
-            "contract_version": contract_version,
-            "created_at": created_at,
-        }
+        return _task_record(row)
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -1219,12 +1214,7 @@ class PgJournal:
         """Return a run's notes in order (see :meth:`Journal.notes`)."""
         async with self._use(f"read notes of run {run_id}") as conn:
             rows = await conn.fetch(_Sql.notes, run_id, after)
-        if kinds is not None:
-            rows = [row for row in rows if row[2] in kinds]
-        return [
-            {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
-            for nid, rid, kind, body, at in rows
-        ]
+        return _note_records(rows, kinds)
 
     # -- maintenance --------------------------------------------------------------------
 
