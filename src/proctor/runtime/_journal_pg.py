@@ -553,10 +553,13 @@ class PgJournal:
             url: ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE``; query parameters
                 that asyncpg does not know are sent as server settings (for example
                 ``?search_path=proctor`` to keep the tables in a schema of their own).
-            synchronous: ``OFF`` commits ordinary writes with
-                ``synchronous_commit = off``; ``NORMAL``, ``FULL`` and ``EXTRA`` keep
-                the server's setting. Effect dispatches, run ends and claims are
-                never committed with ``synchronous_commit`` off.
+            synchronous: ``OFF`` and ``NORMAL`` (the default) commit ordinary
+                writes with ``synchronous_commit = off``, as SQLite's ``NORMAL``
+                does: a write survives the death of the process that made it, and
+                the server's last writes may be lost only if the server's machine
+                crashes. ``FULL`` and ``EXTRA`` keep the server's setting. Effect
+                dispatches, run ends and claims are never committed with
+                ``synchronous_commit`` off.
             pool_size: the most connections the journal opens at once.
 
         Raises:
@@ -573,7 +576,9 @@ class PgJournal:
         if pool_size < 1:
             raise ConfigError(f"a journal's pool needs at least 1 connection, got {pool_size}")
         shown = _redact(url)
-        settings = {"synchronous_commit": "off"} if synchronous == "OFF" else None
+        # NORMAL means what it means for SQLite: durable against the writer's death.
+        off = synchronous in ("OFF", "NORMAL")
+        settings = {"synchronous_commit": "off"} if off else None
         try:
             pool = await asyncpg.create_pool(
                 url, min_size=1, max_size=pool_size, server_settings=settings
