@@ -258,7 +258,7 @@ class Controller:
             reason=ruling.reason,
             stop_reason=ruling.stop_reason,
             disposition=ruling.disposition,
-            policy_version=self.task.policy.version,
+            policy_version=self.judge.policy_version,
             at=time.time(),
             event=event,
         )
@@ -696,7 +696,7 @@ class Controller:
         """
         current = await self._digest()
         self.judge.observe_candidate(current)
-        known = self.judge.evidence.get((current, self.task.contract_version), {})
+        known = self.judge.evidence.get((current, self.judge.contract_version), {})
         names = [c.name for c in self.task.all_checks()]
         if names and all(name in known for name in names):
             accepted = self.judge.accept()

@@ -246,11 +246,14 @@ class Judge:
     _last_failure: dict[str, str] = attrs.field(factory=dict, init=False)
     fetched: set[str] = attrs.field(factory=set, init=False)
     rescues: int = attrs.field(default=0, init=False)
+    # Settled once: a policy does not change during a run, and every trace record names it.
+    policy_version: str = attrs.field(init=False)
     _rescue_text: str = attrs.field(default="", init=False)
     _window: _Window = attrs.field(factory=_Window, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._window.seen.add(self.digest)
+        self.policy_version = self.policy.version
 
     # -- queries ------------------------------------------------------------
 
