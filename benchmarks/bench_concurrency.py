@@ -45,7 +45,6 @@ from benchmarks.bench_loop import counting_actor, noop_registry, noop_task, quie
 
 from proctor import FunctionActor, Observation, Proposal, Task, ToolCall, run
 from proctor.runtime import Journal, ToolRegistry
-from proctor.runtime._controller import start_run
 
 __all__ = ("LAYOUTS", "Layout", "concurrent_runs", "main", "measure_in_child")
 
@@ -87,7 +86,9 @@ async def concurrent_runs(
 
     Returns:
         ``start_s`` (until all are parked), ``rss_per_run`` and ``heap_per_run``
-        (bytes, heap only when traced), ``steps_per_s``, and the CPU time
+        (bytes, heap only when traced), ``steps_per_s`` (until the last run
+        ended), ``steady_steps_per_s`` (until every run had journaled its steps,
+        before the runs' ends), and the CPU time
         (``steps_cpu_s``, ``steps_main_cpu_s`` for the event loop's thread) and
         wall time (``steps_wall_s``) from the release to the end of the last run.
     """
@@ -95,18 +96,21 @@ async def concurrent_runs(
     parked = 0
     all_parked = anyio.Event()
     release = anyio.Event()
+    stepped_at = 0.0
 
     def actor() -> FunctionActor:
         proposed = 0
 
         async def propose(observation: Observation) -> Proposal | None:
-            nonlocal parked, proposed
+            nonlocal parked, proposed, stepped_at
             if proposed == 0:
                 parked += 1
                 if parked == runs:
                     all_parked.set()
                 await release.wait()
             if proposed >= steps:
+                # Asked again: its steps are journaled; what is left is its end.
+                stepped_at = max(stepped_at, time.perf_counter())
                 return None
             proposed += 1
             return ToolCall("noop", {"i": proposed})
@@ -156,6 +160,7 @@ async def concurrent_runs(
         "rss_per_run": rss / runs,
         "heap_per_run": heap / runs,
         "steps_per_s": runs * steps / (done_at - parked_at),
+        "steady_steps_per_s": runs * steps / (stepped_at - parked_at) if steps else 0.0,
         "steps_cpu_s": cpu,
         "steps_main_cpu_s": main_cpu,
         "steps_wall_s": done_at - parked_at,
@@ -165,10 +170,7 @@ async def concurrent_runs(
 async def _one(
     task: Task, actor: FunctionActor, journal: Path | Journal, registry: ToolRegistry
 ) -> None:
-    if isinstance(journal, Journal):
-        await start_run(task, actor, journal, tools=registry)
-    else:
-        await run(task, actor, journal, tools=registry)
+    await run(task, actor, journal, tools=registry)
 
 
 def measure_in_child(

@@ -183,8 +183,13 @@ class _CountingJournal:
             return attribute
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
-            kind = kwargs.get("kind", args[3] if name == "add_spend" and len(args) > 3 else None)
-            self.calls[f"{name}:{kind}" if name == "add_spend" else name] += 1
+            label = name
+            if name == "add_spend":
+                label += ":" + str(kwargs.get("kind", args[3] if len(args) > 3 else None))
+                if kwargs.get("defer"):
+                    # Kept for the next operation's transaction: no round trip.
+                    label += " (deferred)"
+            self.calls[label] += 1
             return await attribute(*args, **kwargs)
 
         return counted
@@ -195,7 +200,8 @@ async def journal_calls_at(steps: int, root: Path) -> dict[str, float]:
     Run the loop once on a counting journal; return the journal calls per step, by method.
 
     Calls made once per run (creating it, ending it) are left out: those whose
-    count is below the number of steps.
+    count is below the number of steps. Deferred spend is counted apart: it is
+    written by the next call's transaction, at no round trip of its own.
     """
     workspace = root / "workspace"
     workspace.mkdir()

@@ -8,21 +8,32 @@ real trace record of a ``noop`` call, taken from a real run, with its own
 step, arguments, action and time), one settlement of spend per step (steps,
 tool calls, wall and working time: five rows, as the accountant writes them),
 and every 1,000 steps a file write's effect (its note, its durable dispatch,
-its settlement). Then the run ends.
+its settlement). A decision core is fed every step as it is written, and the
+snapshots of it a controller journals are journaled by the controller's own
+code (``save_snapshot``): one every ``SNAPSHOT_EVERY`` steps, and one when the
+run ends. Then the run ends, as a real run ends.
 
-A repetition copies that journal, calls :func:`proctor.resume` on the run with
-an actor that notes the time of its first ``propose`` and stops, and reports
-the time from the call to that first observation: opening the journal, reading
-the task, rebuilding the history (every step fed to a fresh decision core),
-the effect ledger and the spend, and starting the new run. The copy keeps
-every repetition's history the same.
+A second history is the same run, as a host that died left it: cut halfway
+between two periodic snapshots (at ``steps - SNAPSHOT_EVERY / 2`` steps), still
+``running``, with no end snapshot. Its resume ends the dead run, restores the
+latest periodic snapshot and replays the steps after it.
 
-Run it through ``python benchmarks/run.py --only resume``.
+A repetition copies a journal, calls :func:`proctor.resume` on the run with an
+actor that notes the time of its first ``propose`` and stops, and reports the
+time from the call to that first observation: opening the journal, reading the
+task, rebuilding the history (the latest snapshot of the decision core, and the
+steps after it), the effect ledger and the spend, and starting the new run. The
+copy keeps every repetition's history the same.
+
+Run it through ``python benchmarks/run.py --only resume``, or on its own
+(``python -m benchmarks.bench_resume [STEPS]``) for both histories.
 """
 
 from __future__ import annotations
 
 import shutil
+import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -36,15 +47,18 @@ from benchmarks.bench_loop import counting_actor, noop_registry, noop_task
 
 from proctor import FunctionActor, Observation, Proposal, ToolCall, resume, run
 from proctor._wire import to_jsonable
-from proctor.runtime import TraceRecord, open_journal
+from proctor.runtime import Journal, TraceRecord
 from proctor.runtime._effects import args_hash, idempotency_key
-from proctor.runtime._judge import normalized_action
+from proctor.runtime._history import SNAPSHOT_EVERY, save_snapshot, snapshot_due
+from proctor.runtime._judge import Act, Judge, normalized_action
+from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.verifiers._candidate import TreeHasher
 
 __all__ = (
     "History",
     "build",
     "build_history",
+    "main",
     "resume_seconds",
     "temporary_root",
     "time_resume",
@@ -66,7 +80,8 @@ class History:
         journal: the journal file.
         run_id: the run.
         steps: how many steps it has.
-        build_seconds: how long writing it took.
+        build_seconds: how long writing it took (both histories).
+        died: the same run as a host that died left it, between two snapshots.
     """
 
     root: Path
@@ -74,6 +89,7 @@ class History:
     run_id: str
     steps: int
     build_seconds: float
+    died: History | None = None
 
     def copy(self, name: str) -> Path:
         """Return a fresh copy of the journal file."""
@@ -119,7 +135,8 @@ def _steps(template: dict[str, Any], run_id: str, steps: int) -> Iterator[dict[s
 
 async def build_history(root: Path, steps: int) -> History:
     """
-    Write a journal under ``root`` holding one ended run of ``steps`` steps.
+    Write a journal under ``root`` holding one ended run of ``steps`` steps, and a copy
+    of it as a host that died left it (:attr:`History.died`).
 
     Args:
         root: an empty directory.
@@ -127,6 +144,8 @@ async def build_history(root: Path, steps: int) -> History:
     """
     start = time.perf_counter()
     template = await _template(root)
+    died_at = steps - min(SNAPSHOT_EVERY, steps) // 2
+    died_path = root / "died.db"
     workspace = root / "workspace"
     workspace.mkdir()
     task = noop_task(workspace)
@@ -140,7 +159,12 @@ async def build_history(root: Path, steps: int) -> History:
         "wall_seconds": 0.0011,
         "working_seconds": 0.0011,
     }
-    async with open_journal(path) as journal:
+    # The decision core, fed each step as the controller would have (the same
+    # call and result the step's event holds), for the snapshots.
+    result = template["event"]["result"]
+    outcome = ToolResult(ToolStatus.OK, result["output"], result["exit_code"])
+    journal = await Journal.open(path)
+    try:
         await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
         epoch = await journal.create_run(
             run_id,
@@ -150,17 +174,31 @@ async def build_history(root: Path, steps: int) -> History:
             host="bench",
         )
         hasher = TreeHasher(workspace, task.ignore)
+        judge = Judge(
+            task.facts(), task.policy, hasher.digest(), contract_version=task.contract_version
+        )
         await journal.add_note(
             run_id, "start", {"digest": hasher.digest(), "baseline": hasher.files()}
         )
         batch: list[dict[str, Any]] = []
+        snapshot_step = 0
         for record in _steps(template, run_id, steps):
+            step = record["step"]
+            call = ToolCall("noop", {"i": step})
+            judge.round([Act(call, outcome, judge.digest, judge.digest)])
             batch.append(record)
-            if len(batch) == BATCH:
+            await journal.add_spend(task_id, run_id, settle, "settle")
+            if len(batch) == BATCH or step == died_at or snapshot_due(step, snapshot_step):
                 await journal.append_steps(run_id, epoch, batch)
                 batch = []
-            await journal.add_spend(task_id, run_id, settle, "settle")
-            step = record["step"]
+            if snapshot_due(step, snapshot_step):
+                snapshot_step = step
+                await save_snapshot(journal, run_id, judge, step)
+            if step == died_at:
+                # The host dies here: what it left is the journal as it stands.
+                await journal.close()
+                shutil.copyfile(path, died_path)
+                journal = await Journal.open(path)
             if step % EFFECT_EVERY == 0:
                 key = idempotency_key(task_id, step, 1)
                 args = {"path": f"out/{step}.txt", "content": f"step {step}\n"}
@@ -186,6 +224,8 @@ async def build_history(root: Path, steps: int) -> History:
                 )
                 await journal.settle_effect(key, "confirmed", {"status": "ok"})
         await journal.append_steps(run_id, epoch, batch)
+        judge.signal("user_stop")
+        await save_snapshot(journal, run_id, judge, steps, final=True)
         await journal.end_run(
             run_id,
             epoch,
@@ -194,7 +234,10 @@ async def build_history(root: Path, steps: int) -> History:
             candidate_digest=hasher.digest(),
             handoff=None,
         )
-    return History(root, path, run_id, steps, time.perf_counter() - start)
+    finally:
+        await journal.close()
+    died = History(root, died_path, run_id, died_at, 0.0)
+    return History(root, path, run_id, steps, time.perf_counter() - start, died)
 
 
 async def time_resume(history: History, journal: Path) -> float:
@@ -234,3 +277,28 @@ def resume_seconds(history: History, name: str) -> float:
 def temporary_root() -> tempfile.TemporaryDirectory[str]:
     """A temporary directory for a history."""
     return tempfile.TemporaryDirectory(prefix="proctor-bench-")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """
+    Time 3 resumes of each history (ended; died between snapshots) and print them.
+
+    Args:
+        argv: ``[STEPS]``, the history's length (100,000 by default).
+    """
+    args = sys.argv[1:] if argv is None else argv
+    steps = int(args[0]) if args else 100_000
+    with temporary_root() as tmp:
+        history = build(steps, Path(tmp))
+        assert history.died is not None
+        print(f"built {steps:,} steps (and the died copy) in {history.build_seconds:.1f} s")
+        for what, one in (("ended", history), ("died", history.died)):
+            values = [resume_seconds(one, f"{what}-{rep}") for rep in range(3)]
+            print(
+                f"{what:>5}: {one.steps:,} steps, resume {statistics.median(values):.3f} s "
+                f"(min {min(values):.3f}, max {max(values):.3f})"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -273,9 +273,9 @@ def _loop(p: Params) -> list[Figure]:
     figures.append(
         Figure(
             "loop.journal_calls",
-            "Durable loop: proctor's journal calls per step",
+            "Durable loop: proctor's journal calls per step (each a transaction)",
             "calls",
-            (sum(calls.values()),),
+            (sum(n for name, n in calls.items() if not name.endswith("(deferred)")),),
             note=", ".join(f"{name} {n:.3g}" for name, n in calls.items()),
         )
     )
@@ -522,6 +522,9 @@ def _resume(p: Params) -> list[Figure]:
         history = build(p.resume_steps, Path(tmp))
         size = history.journal.stat().st_size
         values = _per_rep(p.reps, lambda rep: resume_seconds(history, f"rep-{rep}"))
+        died = history.died
+        assert died is not None
+        died_values = _per_rep(p.reps, lambda rep: resume_seconds(died, f"died-{rep}"))
     return [
         Figure(
             "resume.first_observation",
@@ -530,6 +533,15 @@ def _resume(p: Params) -> list[Figure]:
             values,
             goal=("<", 1.0),
             note=f"journal of {size / 2**20:,.0f} MiB; a fresh copy per repetition",
+        ),
+        Figure(
+            "resume.died",
+            f"Resume of a run of {died.steps:,} steps whose host died (no end snapshot)",
+            "s",
+            died_values,
+            goal=("<", 1.0),
+            note="the dead run is ended, its latest periodic snapshot restored, "
+            "the steps after it replayed",
         ),
         Figure(
             "resume.build",
@@ -556,11 +568,13 @@ def _postgres(p: Params) -> list[Figure]:
     from benchmarks.bench_dispatch import dispatch_samples
     from benchmarks.bench_loop import proctor_loop_at
 
-    def loop(_: int) -> float:
+    def loop(target: str | None) -> float:
         with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
-            rate = anyio.run(proctor_loop_at, p.loop_steps, Path(tmp), url, backend="asyncio")
+            rate = anyio.run(proctor_loop_at, p.loop_steps, Path(tmp), target, backend="asyncio")
         return rate.whole
 
+    # Interleaved, so that both backends see the machine at the same moments.
+    pairs = [(loop(url), loop(None)) for _ in range(p.reps)]
     samples: list[float] = []
     for _ in range(p.reps):
         records, settles = dispatch_samples(p.effects, url)
@@ -570,8 +584,23 @@ def _postgres(p: Params) -> list[Figure]:
             "postgres.loop",
             "Durable loop on PostgreSQL",
             "steps/s",
-            _per_rep(p.reps, loop),
-            note=f"{p.loop_steps:,} steps; compare loop.proctor (SQLite)",
+            tuple(pg for pg, _ in pairs),
+            note=f"{p.loop_steps:,} steps",
+        ),
+        Figure(
+            "postgres.loop_sqlite",
+            "Durable loop on SQLite, interleaved with the PostgreSQL runs",
+            "steps/s",
+            tuple(lite for _, lite in pairs),
+            note=f"{p.loop_steps:,} steps, a run on each backend in turn",
+        ),
+        Figure(
+            "postgres.ratio",
+            "Durable loop: SQLite steps/s over PostgreSQL steps/s",
+            "x",
+            tuple(lite / pg for pg, lite in pairs),
+            goal=("<=", 2.0),
+            note="per pair of interleaved runs",
         ),
         Figure(
             "postgres.effect",

@@ -18,6 +18,7 @@ from proctor import (
     Observation,
     Policy,
     Proposal,
+    RunResult,
     ScriptedActor,
     Task,
     ToolCall,
@@ -86,6 +87,31 @@ async def test_build_rescue_completes_and_fences_later_writes(tmp_path: Path) ->
         effects = await j.effects(run_id=result.run_id)
     assert [e.tool for e in effects] == ["edit_file"]
     assert actor.observations[-1].kind is ObservationKind.REFUSAL
+
+
+async def test_runs_on_one_open_journal_share_it_and_leave_it_open(tmp_path: Path) -> None:
+    results: dict[int, RunResult] = {}
+    async with open_journal(tmp_path / "j.db") as j:
+
+        async def one(i: int) -> None:
+            actor = ScriptedActor([ToolCall("read_file", {"path": "calc.py"}), FIX, Completion()])
+            results[i] = await run(_task(_project(tmp_path / f"p{i}")), actor, j)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(one, i)
+        # Still open: a run closes only a journal it opened.
+        for result in results.values():
+            assert result.disposition is Disposition.COMPLETED
+            steps = await j.steps(result.run_id)
+            kinds = [s["kind"] for s in steps]
+            assert kinds == ["action", "action", "completion", "verdict", "verdict"]
+            # Every step's spend is in, the last settlement's included.
+            spend = await j.spend_totals(result.task_id)
+            assert spend["steps"] == 3.0
+            assert spend["tool_calls"] == 2.0
+            assert spend["wall_seconds"] > 0
+        assert len(await j.list_runs()) == 3
 
 
 async def test_messages_never_end_a_run(tmp_path: Path) -> None:

@@ -854,6 +854,135 @@ async def test_spend_totals(journal: JournalLike) -> None:
     assert await journal.spend_totals(TASK, kinds=["release"]) == {"tokens_in": 20.0}
 
 
+async def test_deferred_spend_is_written_with_the_next_operation(target: str) -> None:
+    async with open_journal(target) as j, open_journal(target) as other:
+        await j.put_task(TASK, "goal", {}, "c1")
+        epoch = await new_run(j, "run-a")
+        await j.add_spend(TASK, "run-a", {"steps": 1.0}, "reserve", defer=True)
+        await j.add_spend(TASK, "run-a", {"steps": 1.0, "wall_seconds": 0.5}, "settle", defer=True)
+        # Not yet in the journal for anyone else...
+        assert await other.spend_totals(TASK, kinds=["settle", "reserve"]) == {}
+        # ...written in the step's transaction, before the step.
+        await j.append_step("run-a", epoch, step("run-a", 1))
+        assert await other.spend_totals(TASK) == {"steps": 1.0, "wall_seconds": 0.5}
+        assert await other.spend_totals(TASK, kinds=["reserve"]) == {"steps": 1.0}
+        # A read of the same journal sees what it deferred.
+        await j.add_spend(TASK, "run-a", {"steps": 1.0}, "settle", defer=True)
+        assert await j.spend_totals(TASK) == {"steps": 2.0, "wall_seconds": 0.5}
+        # An effect's durable dispatch carries them too.
+        await j.add_spend(TASK, "run-a", {"tool_calls": 1.0}, "settle", defer=True)
+        await dispatch(j, "run-a", epoch, "k1")
+        assert (await other.spend_totals(TASK))["tool_calls"] == 1.0
+        # And closing the journal writes what is left.
+        await j.add_spend(TASK, "run-a", {"steps": 1.0}, "settle", defer=True)
+    async with open_journal(target) as again:
+        assert await again.spend_totals(TASK) == {
+            "steps": 3.0,
+            "tool_calls": 1.0,
+            "wall_seconds": 0.5,
+        }
+
+
+async def test_deferred_spend_survives_a_refused_step(journal: JournalLike) -> None:
+    epoch = await new_run(journal, "run-a")
+    await journal.append_step("run-a", epoch, step("run-a", 1))
+    await journal.add_spend(TASK, "run-a", {"steps": 1.0}, "settle", defer=True)
+    with pytest.raises(JournalError, match="already journaled"):
+        await journal.append_step("run-a", epoch, step("run-a", 1))
+    await journal.add_spend(TASK, "run-a", {"steps": 1.0}, "settle", defer=True)
+    with pytest.raises(FencedError):
+        await journal.append_step("run-a", epoch + 1, step("run-a", 2))
+    # Spend is spent, whatever became of the step it came with: written once each.
+    assert await journal.spend_totals(TASK) == {"steps": 2.0}
+
+
+async def test_concurrent_steps_of_many_runs_each_get_their_own_outcome(
+    journal: JournalLike,
+) -> None:
+    # On SQLite the steps waiting for the connection are committed together:
+    # one run's refusal must not undo, or be charged to, another's step.
+    epochs = {f"run-{i}": await new_run(journal, f"run-{i}") for i in range(6)}
+    await journal.append_step("run-0", epochs["run-0"], step("run-0", 1))
+    outcomes: dict[str, str] = {}
+
+    async def write(run_id: str, n: int, epoch: int) -> None:
+        try:
+            await journal.append_step(run_id, epoch, step(run_id, n))
+            outcomes[f"{run_id}/{n}"] = "written"
+        except FencedError:
+            outcomes[f"{run_id}/{n}"] = "fenced"
+        except RunNotFoundError:
+            outcomes[f"{run_id}/{n}"] = "no run"
+        except JournalError:
+            outcomes[f"{run_id}/{n}"] = "duplicate"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write, "run-0", 1, epochs["run-0"])
+        for i in range(1, 6):
+            tg.start_soon(write, f"run-{i}", 1, epochs[f"run-{i}"])
+            tg.start_soon(write, f"run-{i}", 2, epochs[f"run-{i}"])
+        tg.start_soon(write, "run-3", 3, epochs["run-3"] + 1)
+        tg.start_soon(write, "run-9", 1, 1)
+    expected = {f"run-{i}/{n}": "written" for i in range(1, 6) for n in (1, 2)}
+    expected |= {"run-0/1": "duplicate", "run-3/3": "fenced", "run-9/1": "no run"}
+    assert outcomes == expected
+    for i in range(1, 6):
+        assert [s["step"] for s in await journal.steps(f"run-{i}")] == [1, 2]
+    assert [s["step"] for s in await journal.steps("run-0")] == [1]
+
+
+async def test_steps_after_a_step_and_the_ending_step(journal: JournalLike) -> None:
+    epoch = await new_run(journal, "run-a")
+    assert await journal.ending_step("run-a") is None
+    await journal.append_steps("run-a", epoch, [step("run-a", n) for n in (1, 2, 3)])
+    assert [s["step"] for s in await journal.steps("run-a", after=1)] == [2, 3]
+    assert await journal.steps("run-a", after=3) == []
+    assert await journal.ending_step("run-a") is None
+    ended = step("run-a", 4, disposition="completed", stop_reason={"code": "checks_passed"})
+    # A refusal after the end still carries the disposition: the last such step is it.
+    await journal.append_steps("run-a", epoch, [ended, step("run-a", 5)])
+    found = await journal.ending_step("run-a")
+    assert found is not None
+    assert (found["step"], found["disposition"]) == (4, "completed")
+    assert found == (await journal.steps("run-a", after=3))[0]
+
+
+async def test_notes_of_some_kinds(journal: JournalLike) -> None:
+    await new_run(journal, "run-a")
+    for kind in ("start", "amend", "effect", "amend", "retune-request"):
+        await journal.add_note("run-a", kind, {"kind": kind})
+    amends = await journal.notes("run-a", kinds=("amend", "retune-request"))
+    assert [n["kind"] for n in amends] == ["amend", "amend", "retune-request"]
+    after = amends[0]["id"]
+    assert [n["kind"] for n in await journal.notes("run-a", after=after, kinds=["amend"])] == [
+        "amend"
+    ]
+    assert await journal.notes("run-a", kinds=()) == []
+
+
+async def test_a_snapshot_replaces_the_runs_last(journal: JournalLike) -> None:
+    await new_run(journal, "run-a")
+    await new_run(journal, "run-b")
+    assert await journal.snapshot("run-a") is None
+    await journal.put_snapshot("run-a", 5, {"step": 5, "state": [1, 2]})
+    await journal.put_snapshot("run-b", 7, {"step": 7})
+    await journal.put_snapshot("run-a", 10, {"step": 10, "é": None})
+    assert await journal.snapshot("run-a") == {"step": 10, "é": None}
+    assert await journal.snapshot("run-b") == {"step": 7}
+    assert await journal.notes("run-a") == []
+
+
+async def test_append_step_returns_the_runs_newest_note(journal: JournalLike) -> None:
+    epoch = await new_run(journal, "run-a")
+    await new_run(journal, "run-b")
+    assert await journal.append_step("run-a", epoch, step("run-a", 1)) == 0
+    await journal.add_note("run-a", "amend", {"who": "ops"})
+    await journal.add_note("run-b", "amend", {"who": "ops"})
+    newest = max(n["id"] for n in await journal.notes("run-a"))
+    assert await journal.append_step("run-a", epoch, step("run-a", 2)) == newest
+    assert await journal.notes("run-a", after=newest) == []
+
+
 async def test_processes(journal: JournalLike) -> None:
     await new_run(journal, "run-a")
     await journal.record_process("run-a", 4242, "pytest -q")
@@ -1139,12 +1268,20 @@ async def test_postgresql_a_write_racing_a_claim_waits_for_it_and_is_fenced(
             with anyio.fail_after(10):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(write)
+
                     # The write's fence waits on the run's row lock. That state is
-                    # in the server, with nothing to wait on but asking it.
-                    while not await claimer.fetchval(  # noqa: ASYNC110
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO steps%'"
-                    ):
+                    # in the server, with nothing to wait on but asking it. Inside a
+                    # transaction the activity view is a snapshot: clear it each time.
+                    async def waiting() -> bool:
+                        await claimer.execute("SELECT pg_stat_clear_snapshot()")
+                        return bool(
+                            await claimer.fetchval(
+                                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
+                                "= 'Lock' AND query LIKE '%INSERT INTO steps%'"
+                            )
+                        )
+
+                    while not await waiting():  # noqa: ASYNC110
                         await anyio.sleep(0.005)
                     assert outcome == []
                     await claim.commit()

@@ -68,7 +68,7 @@ from proctor.runtime._effects import (
     target_of,
     verdict_state,
 )
-from proctor.runtime._history import load_effects, load_history
+from proctor.runtime._history import load_effects, load_history, save_snapshot, snapshot_due
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
 from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
 from proctor.runtime._normalize import canonical_json, fingerprint
@@ -120,6 +120,11 @@ _TRAJECTORY_STATUS = {
     ToolStatus.ERROR: "error",
     ToolStatus.UNCERTAIN: "timeout",
 }
+
+
+def _call_amounts(call: ToolCall) -> dict[str, float]:
+    """What one tool call costs: a call in all, and one of its tool."""
+    return {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
 
 
 def _excerpt(text: str, limit: int = 4000) -> str:
@@ -180,6 +185,9 @@ class Controller:
     step_base: int = 0
     baseline: dict[str, str] = attrs.field(factory=dict)
     _notes_seen: int = 0
+    _snapshot_step: int = 0
+    # The run's newest note id as the last step's write read it; None: not known.
+    _notes_newest: int | None = None
     _note: str = ""
     _actor_done: bool = False
     handoff: Handoff | None = None
@@ -262,7 +270,9 @@ class Controller:
             at=time.time(),
             event=event,
         )
-        await self.journal.append_step(self.run_id, self.epoch, to_jsonable(record))
+        self._notes_newest = await self.journal.append_step(
+            self.run_id, self.epoch, to_jsonable(record)
+        )
         log.info(
             "controller.step",
             step=self.step,
@@ -272,6 +282,7 @@ class Controller:
         )
         if self.on_step is not None:
             self.on_step(record)
+        await self._snapshot(record)
         return record
 
     async def _observe(
@@ -389,10 +400,24 @@ class Controller:
         await self._settle(grant, amounts)
 
     async def _amendments(self) -> None:
-        """Apply the operator's journaled amendments of the contract, in order."""
+        """
+        Apply the operator's journaled amendments of the contract, in order.
+
+        The notes are read only when the last step's write reported a note the
+        controller has not seen (or before the first step): an operator's note
+        is applied before the step after the one that revealed it.
+        """
+        newest = self._notes_newest
+        if newest is not None and newest <= self._notes_seen:
+            return
         kinds = ("amend", "retune-request")
-        for note in await self.journal.notes(self.run_id, after=self._notes_seen, kinds=kinds):
-            self._notes_seen = note["id"]
+        notes = await self.journal.notes(self.run_id, after=self._notes_seen, kinds=kinds)
+        # Notes up to the step's newest were all read, operators' or not.
+        self._notes_seen = max(self._notes_seen, newest or 0)
+        if newest is None:
+            self._notes_newest = self._notes_seen
+        for note in notes:
+            self._notes_seen = max(self._notes_seen, note["id"])
             body = note["body"]
             if note["kind"] == "retune-request":
                 await self._retune(body)
@@ -412,13 +437,21 @@ class Controller:
             self._note = reason
 
     async def _proposal(self, proposal: Proposal) -> None:
-        step_grant = await self._reserve({"steps": 1.0})
+        # A lone read is reserved and charged with its step: one round trip to
+        # the accountant each way instead of two. A call that does not fit is
+        # reserved on its own instead, and refused as any other.
+        lone = self._lone_read(proposal)
+        amounts = {"steps": 1.0} | (_call_amounts(lone) if lone is not None else {})
+        step_grant = await self._reserve(amounts)
+        if isinstance(step_grant, Exhaustion) and lone is not None and step_grant.limit != "steps":
+            lone, amounts = None, {"steps": 1.0}
+            step_grant = await self._reserve(amounts)
         if isinstance(step_grant, Exhaustion):
             await self._exhausted(step_grant)
             return
         if isinstance(proposal, ToolCall | Round):
             calls = (proposal,) if isinstance(proposal, ToolCall) else proposal.calls
-            await self._calls(calls, step_grant)
+            await self._calls(calls, step_grant, amounts, charged=lone is not None)
         elif isinstance(proposal, Message):
             await self._settle(step_grant, {"steps": 1.0})
             ruling = self.judge.message(proposal)
@@ -472,14 +505,31 @@ class Controller:
 
     # -- tool calls -----------------------------------------------------------------
 
-    async def _calls(self, calls: Sequence[ToolCall], step_grant: int) -> None:
+    def _lone_read(self, proposal: Proposal) -> ToolCall | None:
+        """Return the proposal if it is one call that will run and changes nothing."""
+        if not isinstance(proposal, ToolCall) or self.judge.admit(proposal) is not None:
+            return None
+        return None if self.registry.spec(proposal.tool).effectful else proposal
+
+    async def _calls(
+        self,
+        calls: Sequence[ToolCall],
+        step_grant: int,
+        amounts: dict[str, float],
+        *,
+        charged: bool = False,
+    ) -> None:
+        """
+        Run a turn's calls. ``amounts`` were reserved by ``step_grant``: the step,
+        and the lone call's too when ``charged``.
+        """
         items: list[Act | Refused] = []
         results: list[ToolResult] = []
         # Charged at once: if the host dies during the calls, the turn is still spent.
-        await self._settle(step_grant, {"steps": 1.0})
+        await self._settle(step_grant, amounts)
         round_id = f"r{self.step + 1}" if len(calls) > 1 else None
         for call in calls:
-            item = await self._dispatch(call)
+            item = await self._dispatch(call, charged=charged)
             items.append(item)
             results.append(
                 item.result
@@ -503,16 +553,19 @@ class Controller:
             text += "\n" + "\n".join(notes)
         await self._observe(kind, text, results)
 
-    async def _dispatch(self, call: ToolCall) -> Act | Refused:
-        """Run one call, or refuse it. The completion fence is checked here, first."""
+    async def _dispatch(self, call: ToolCall, *, charged: bool = False) -> Act | Refused:
+        """
+        Run one call, or refuse it. The completion fence is checked here, first.
+        A ``charged`` call (a lone read) was reserved and settled with its step.
+        """
         if self.judge.terminal:
             return Refused(call, f"fence: the run has ended ({self.judge.disposition})")
         refusal = self.judge.admit(call)
         if refusal is not None:
             return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
-        amounts = {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
-        grant = await self._reserve(amounts)
+        amounts = _call_amounts(call)
+        grant = 0 if charged else await self._reserve(amounts)
         if isinstance(grant, Exhaustion):
             return Refused(call, f"budget: {grant.describe()}; the call was not sent")
         before = self.judge.digest
@@ -520,7 +573,8 @@ class Controller:
             outcome = await self._effect(call, spec, grant, amounts)
         else:
             # A call is charged before it is made: a host that dies during it still paid.
-            await self._settle(grant, amounts)
+            if not charged:
+                await self._settle(grant, amounts)
             outcome = await call_tool(self.registry, self.context, call.tool, call.args)
         if isinstance(outcome, Refused):
             return outcome
@@ -824,6 +878,7 @@ class Controller:
         records = await self.journal.evidence(task_id=self.task_id)
         evidence = [converter.structure(r, Evidence) for r in records]
         self.handoff = _handoff(self, spend, self.final_digest, evidence)
+        await self._snapshot()
         # From here on the journal itself refuses effect dispatches for this run.
         await self.journal.end_run(
             self.run_id,
@@ -873,6 +928,19 @@ class Controller:
                     await self._observe(ObservationKind.REFUSAL, "the run has ended")
         self.actor_scope.cancel()
 
+    async def _snapshot(self, record: TraceRecord | None = None) -> None:
+        """
+        Journal the decision core for a later resume: at the end of the run (no
+        ``record``), and every ``SNAPSHOT_EVERY`` steps (``record``: the step just
+        journaled) until it has a disposition (the end's snapshot covers the rest).
+        """
+        if record is None:
+            await save_snapshot(self.journal, self.run_id, self.judge, self.step, final=True)
+        elif not self.judge.terminal and snapshot_due(self.step, self._snapshot_step):
+            self._snapshot_step = self.step
+            round_id = (record.event or {}).get("round")
+            await save_snapshot(self.journal, self.run_id, self.judge, self.step, round_id=round_id)
+
 
 async def _close_interrupted(journal: JournalLike, task_id: str, successor: str) -> None:
     """
@@ -884,10 +952,9 @@ async def _close_interrupted(journal: JournalLike, task_id: str, successor: str)
     for row in await journal.runs_of_task(task_id):
         if row.status != "running" or row.run_id == successor:
             continue
-        steps = await journal.steps(row.run_id)
-        ended = [s for s in steps if s.get("disposition")]
-        if ended:
-            disposition, reason = str(ended[-1]["disposition"]), ended[-1].get("stop_reason")
+        ended = await journal.ending_step(row.run_id)
+        if ended is not None:
+            disposition, reason = str(ended["disposition"]), ended.get("stop_reason")
         else:
             disposition = Disposition.FAILED.value
             reason = {
@@ -1065,7 +1132,7 @@ def _handoff(
 async def run(
     task: Task,
     actor: Actor,
-    journal: str | os.PathLike[str] = "proctor.db",
+    journal: str | os.PathLike[str] | JournalLike = "proctor.db",
     *,
     tools: ToolRegistry | None = None,
     on_step: StepCallback | None = None,
@@ -1077,12 +1144,15 @@ async def run(
 
     The run is one task group of four tasks (actor, controller, verifier, budget
     accountant) that talk only over bounded channels. Everything is journaled in
-    ``journal`` (a SQLite file, created if needed).
+    ``journal`` (by default a SQLite file, created if needed).
 
     Args:
         task: the task and its contract.
         actor: what proposes the steps.
-        journal: the journal: a SQLite file's path, or a ``postgresql://`` URL.
+        journal: the journal: a SQLite file's path or a ``postgresql://`` URL,
+            opened for the run and closed after it; or an open journal, left
+            open. Runs of one process that share an open journal share its
+            connection: a host of many runs should (see docs/performance.md).
         tools: the tools on offer (default: the built-in workspace tools).
         on_step: called with each trace record after it is journaled.
         run_id: the run's id (default: a new one).
@@ -1092,6 +1162,10 @@ async def run(
     Returns:
         The run's outcome: disposition, stop reason, candidate, evidence, handoff.
     """
+    if not isinstance(journal, str | os.PathLike):
+        return await start_run(
+            task, actor, journal, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
+        )
     async with open_journal(journal) as j:
         return await start_run(
             task, actor, j, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
@@ -1179,7 +1253,9 @@ async def _run(
             # A retuned limit is a journaled event with who and why, not spend.
             await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
         else:
-            await journal.add_spend(task_id, run_id, amounts, kind, note)
+            # Written with the step that follows (or the effect's dispatch): one
+            # transaction a step, not one per reservation and settlement.
+            await journal.add_spend(task_id, run_id, amounts, kind, note, defer=True)
 
     async def group_started(pgid: int, command: str) -> None:
         await journal.record_process(run_id, pgid, command)

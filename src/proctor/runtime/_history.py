@@ -1,11 +1,19 @@
 """
 A task's history, rebuilt from the journal for a resumed run.
 
-The decision core is fed every journaled step of the task's earlier runs, in
-order, with the candidate digests the journal recorded: the resumed run starts
-with the distinct work, failure signatures, candidate digests seen and evidence
-of every run before it. It never gets a blank allowance: what was done before
-buys no new time.
+The resumed run starts with the distinct work, failure signatures, candidate
+digests seen and evidence of every run before it. It never gets a blank
+allowance: what was done before buys no new time.
+
+A controller journals a snapshot of its decision core (one per run, each
+replacing the last: :meth:`~proctor.runtime.Journal.put_snapshot`) when its run
+ends, and every :data:`SNAPSHOT_EVERY` steps while it runs. A resume restores
+the latest snapshot and feeds the decision core only the
+journaled steps after it, those of later runs included: its cost follows the
+size of the state, not the length of the history. Without a usable snapshot (none
+was journaled, or it was taken under another policy, snapshot format or task
+facts), the decision core is fed every journaled step of the task's earlier runs,
+in order, with the candidate digests the journal recorded.
 """
 
 from __future__ import annotations
@@ -14,14 +22,28 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+import structlog
 
 from proctor.runtime._effects import EffectLedger, EffectRecord, EffectState, Target
-from proctor.runtime._journal import JournalLike
-from proctor.runtime._judge import Judge
+from proctor.runtime._journal import JournalLike, RunRow
+from proctor.runtime._judge import SNAPSHOT_FORMAT, Judge, SnapshotRefused
 from proctor.runtime._records import ToolCall, ToolResult
 from proctor.runtime._trajectory import Candidates, Event, drive
 
-__all__ = ("History", "load_effects", "load_history")
+__all__ = (
+    "SNAPSHOT_EVERY",
+    "History",
+    "load_effects",
+    "load_history",
+    "save_snapshot",
+    "snapshot_due",
+)
+
+log = structlog.get_logger()
+
+#: A running controller journals a snapshot of its decision core every this many
+#: steps; a resume after its host died replays at most about as many.
+SNAPSHOT_EVERY = 5_000
 
 
 @attrs.frozen
@@ -42,6 +64,48 @@ class History:
     runs: tuple[tuple[str, str | None, dict[str, Any] | None], ...]
     steps: int
     summary: str
+
+
+def snapshot_due(step: int, last: int) -> bool:
+    """
+    Whether a periodic snapshot is due at ``step``, the last one having been taken at
+    step ``last`` (0: none yet).
+    """
+    return step - last >= SNAPSHOT_EVERY
+
+
+async def save_snapshot(
+    journal: JournalLike,
+    run_id: str,
+    judge: Judge,
+    step: int,
+    *,
+    round_id: str | None = None,
+    final: bool = False,
+) -> None:
+    """
+    Journal a snapshot of ``judge`` as run ``run_id``'s, replacing its earlier one.
+
+    Args:
+        journal: the journal.
+        run_id: the run.
+        judge: the run's decision core, as it stands after step ``step``.
+        step: the last step of the run that the snapshot covers.
+        round_id: the round of parallel calls ``step`` belongs to, if any: the
+            decision core decided the whole round before its first step was
+            journaled, so the snapshot covers every step of the round.
+        final: the run has ended: no later step of it feeds the decision core (a
+            resume reads none of its steps).
+    """
+    body = {
+        "step": step,
+        "round": round_id,
+        "final": final,
+        "policy_version": judge.policy_version,
+        "format": SNAPSHOT_FORMAT,
+        "snapshot": judge.snapshot(),
+    }
+    await journal.put_snapshot(run_id, step, body)
 
 
 def _replay_run(judge: Judge, records: Sequence[Mapping[str, Any]]) -> None:
@@ -73,6 +137,10 @@ def _replay_run(judge: Judge, records: Sequence[Mapping[str, Any]]) -> None:
 
     for _ in drive(judge, events, Candidates(admit, apply, judged)):
         pass
+    if records:
+        # The live decision core also counted changes no step records (a candidate
+        # observed between steps, an amendment): the journal has its count.
+        judge.state_version = int(records[-1]["state_version"])
     judge.reopen()
 
 
@@ -83,9 +151,8 @@ async def load_effects(journal: JournalLike, task_id: str) -> EffectLedger:
     """
     details: dict[str, Mapping[str, Any]] = {}
     for row in await journal.runs_of_task(task_id):
-        for note in await journal.notes(row.run_id):
-            if note["kind"] == "effect":
-                details[note["body"]["key"]] = note["body"]
+        for note in await journal.notes(row.run_id, kinds=("effect",)):
+            details[note["body"]["key"]] = note["body"]
     records = []
     for effect in await journal.effects(task_id=task_id):
         extra = details.get(effect.key, {})
@@ -104,8 +171,46 @@ async def load_effects(journal: JournalLike, task_id: str) -> EffectLedger:
     return EffectLedger.from_records(records)
 
 
+async def _latest_snapshot(
+    journal: JournalLike, runs: Sequence[RunRow], judge: Judge
+) -> tuple[int, dict[str, Any]] | None:
+    """
+    Restore into ``judge`` the latest snapshot of the newest run that has one and
+    inherited the runs before it (a resumed run, or the task's first).
+
+    Returns:
+        The run's index in ``runs`` and the snapshot's body; None when no run
+        has a snapshot or the latest one is refused.
+    """
+    for index in range(len(runs) - 1, -1, -1):
+        if index > 0 and runs[index].parent_run_id is None:
+            # A run started afresh on a task that had runs: its decision core did not
+            # inherit them, so its snapshots do not cover them.
+            continue
+        body = await journal.snapshot(runs[index].run_id)
+        if body is None:
+            continue
+        step, round_id = body.get("step"), body.get("round")
+        try:
+            if isinstance(step, bool) or not isinstance(step, int):
+                raise SnapshotRefused(f"a snapshot covering step {step!r}")
+            if round_id is not None and not isinstance(round_id, str):
+                raise SnapshotRefused(f"a snapshot of round {round_id!r}")
+            judge.restore(body.get("snapshot", {}))
+        except SnapshotRefused as exc:
+            log.info("history.snapshot_refused", run=runs[index].run_id, reason=str(exc))
+            return None
+        return index, body
+    return None
+
+
 async def load_history(
-    journal: JournalLike, task_id: str, run_id: str | None, judge: Judge
+    journal: JournalLike,
+    task_id: str,
+    run_id: str | None,
+    judge: Judge,
+    *,
+    snapshots: bool = True,
 ) -> History:
     """
     Feed the task's earlier runs to ``judge`` and describe them for the actor.
@@ -115,7 +220,9 @@ async def load_history(
         task_id: the task.
         run_id: the new run (left out of the history); None keeps every run (a run
             taken over from another worker goes on with its own history).
-        judge: a fresh decision core for the task; it is fed the history.
+        judge: a fresh decision core for the task; it is given the history.
+        snapshots: start from the latest usable snapshot of the decision core; False
+            feeds it every journaled step (what a resume does without a snapshot).
     """
     current = judge.digest
     version = judge.contract_version
@@ -125,18 +232,35 @@ async def load_history(
     )
     baseline: dict[str, str] = {}
     initial = current
-    total = 0
-    for number, row in enumerate(runs):
-        if number == 0:
-            for note in await journal.notes(row.run_id):
-                if note["kind"] == "start":
-                    baseline = dict(note["body"].get("baseline", {}))
-                    initial = str(note["body"].get("digest", current))
-            judge.digest = initial
-            judge.reopen()
-        records = await journal.steps(row.run_id)
-        total += len(records)
-        _replay_run(judge, records)
+    if runs:
+        start = await journal.latest_note(runs[0].run_id, "start")
+        if start is not None:
+            baseline = dict(start["body"].get("baseline", {}))
+            initial = str(start["body"].get("digest", current))
+        found = await _latest_snapshot(journal, runs, judge) if snapshots else None
+        if found is None:
+            # A fresh decision core, at the task's first candidate.
+            fresh = Judge(judge.task, judge.policy, initial, contract_version=version)
+            judge.restore(fresh.snapshot())
+            first = 0
+        else:
+            first, body = found
+            judge.contract_version = version
+            if body.get("final"):
+                judge.reopen()
+                first += 1
+            else:
+                covered, covered_round = body["step"], body.get("round")
+                records = [
+                    r
+                    for r in await journal.steps(runs[first].run_id, after=covered)
+                    if covered_round is None or (r.get("event") or {}).get("round") != covered_round
+                ]
+                _replay_run(judge, records)
+                first += 1
+        for row in runs[first:]:
+            _replay_run(judge, await journal.steps(row.run_id))
+    total = sum(r.steps for r in runs)
     judge.contract_version = version
     judge.observe_candidate(current)
     last = runs[-1] if runs else None

@@ -37,6 +37,7 @@ Nothing but tests sets them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import math
@@ -44,8 +45,16 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol, Self
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar, cast
 
 import aiosqlite
 import anyio
@@ -97,6 +106,10 @@ SPEND_KINDS: tuple[str, ...] = ("reserve", "settle", "release", "charge")
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 _SYNCHRONOUS: tuple[str, ...] = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: The levels at which every commit is already durable.
+_DURABLE: tuple[str, ...] = ("FULL", "EXTRA")
+
+_T = TypeVar("_T")
 
 #: The shortest run-id prefix :meth:`Journal.get_run` accepts.
 _MIN_PREFIX = 6
@@ -286,6 +299,19 @@ _MIGRATIONS: tuple[_Migration, ...] = (
         WHERE status IN ('queued', 'running');
         """,
     ),
+    # Snapshots of a run's decision core, one per run, each replacing the last;
+    # notes found by kind.
+    _Migration(
+        script="""
+        CREATE TABLE IF NOT EXISTS snapshots (
+            run_id TEXT PRIMARY KEY REFERENCES runs (run_id),
+            step   INTEGER NOT NULL,
+            body   TEXT NOT NULL,
+            at     REAL NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS notes_by_kind ON notes (run_id, kind, id);
+        """,
+    ),
 )
 
 #: The schema version this proctor writes and understands.
@@ -406,7 +432,14 @@ class _Sql:
             WHERE run_id = :run_id AND epoch = :epoch AND status <> 'queued'
         )
     """
-    steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = ? ORDER BY step"
+    steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = ? AND step > ? ORDER BY step"
+    # Walks the run's steps from the last: the first with a disposition is the one.
+    ending_step = f"""
+        SELECT {_STEP_COLUMNS} FROM steps
+        WHERE run_id = ? AND disposition IS NOT NULL ORDER BY step DESC LIMIT 1
+    """
+    # The largest id of the index's run_id entries: one index probe.
+    newest_note = "SELECT max(id) FROM notes WHERE run_id = ?"
 
     # An upsert fenced by the run and guarded by the arguments' hash: a new key is
     # inserted, a retry of the same call is dispatched again, anything else writes
@@ -498,6 +531,21 @@ class _Sql:
 
     add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES (?, ?, ?, ?)"
     notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = ? AND id > ? ORDER BY id"
+    notes_of_kinds = """
+        SELECT id, run_id, kind, body, at FROM notes
+        WHERE run_id = ? AND id > ? AND kind IN (SELECT value FROM json_each(?)) ORDER BY id
+    """
+    put_snapshot = """
+        INSERT INTO snapshots (run_id, step, body, at) VALUES (?, ?, ?, ?)
+        ON CONFLICT (run_id) DO UPDATE
+        SET step = excluded.step, body = excluded.body, at = excluded.at
+    """
+    snapshot = "SELECT body FROM snapshots WHERE run_id = ?"
+    # Walks the run's index entries from the newest: the one row is the only body read.
+    latest_note = """
+        SELECT id, run_id, kind, body, at FROM notes
+        WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1
+    """
 
     # -- leases: lease times are seconds since the epoch by SQLite's clock --------------
 
@@ -731,11 +779,12 @@ class JournalLike(Protocol):
     async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool: ...
     async def release_run(self, run_id: str, epoch: int) -> None: ...
 
-    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> None: ...
+    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> int: ...
     async def append_steps(
         self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
     ) -> None: ...
-    async def steps(self, run_id: str) -> list[dict[str, Any]]: ...
+    async def steps(self, run_id: str, *, after: int = 0) -> list[dict[str, Any]]: ...
+    async def ending_step(self, run_id: str) -> dict[str, Any] | None: ...
 
     async def record_dispatch(
         self,
@@ -778,6 +827,8 @@ class JournalLike(Protocol):
         amounts: Mapping[str, float],
         kind: str,
         note: str = "",
+        *,
+        defer: bool = False,
     ) -> None: ...
     async def spend_totals(
         self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
@@ -791,6 +842,9 @@ class JournalLike(Protocol):
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
     ) -> list[dict[str, Any]]: ...
+    async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None: ...
+    async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None: ...
+    async def snapshot(self, run_id: str) -> dict[str, Any] | None: ...
 
     async def integrity_check(self) -> str: ...
 
@@ -813,6 +867,10 @@ class Journal:
     _db: aiosqlite.Connection | None
     _synchronous: Synchronous
     _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True), init=False)
+    # Spend rows written with the journal's next operation (add_spend's ``defer``).
+    _deferred: list[dict[str, Any]] = attrs.field(factory=list, init=False)
+    # Steps waiting for the lock, written together by the first to get it.
+    _steps: list[_StepWrite] = attrs.field(factory=list, init=False)
 
     @classmethod
     async def open(
@@ -899,12 +957,22 @@ class Journal:
         return self._path
 
     async def close(self) -> None:
-        """Close the journal, after the operation in flight if any. Closing twice is fine."""
-        db, self._db = self._db, None
+        """
+        Close the journal, after the operation in flight if any, writing the
+        deferred spend first. Closing twice is fine.
+        """
+        db = self._db
         if db is None:
             return
         with anyio.move_on_after(_CLOSE_LIMIT, shield=True) as scope:
             async with self._lock:
+                self._db = None
+                if self._deferred:
+                    try:
+                        await self._write(db, _nothing)
+                    except sqlite3.Error as exc:
+                        # Closing still closes: what could not be written is said.
+                        log.error("journal.deferred_spend_lost", path=self._path, error=str(exc))
                 await db.close()
         if scope.cancelled_caught:
             # The operation in flight did not finish in time: let the connection's
@@ -927,15 +995,72 @@ class Journal:
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self._path}: could not {what}: {exc}") from exc
 
+    def _connected(self, what: str) -> aiosqlite.Connection:
+        """Return the connection, or raise if the journal is closed (hold the lock)."""
+        if self._db is None:
+            raise JournalError(f"journal {self._path} is closed: could not {what}")
+        return self._db
+
     @contextlib.asynccontextmanager
     async def _use(self, what: str) -> AsyncIterator[aiosqlite.Connection]:
-        """Hold the connection for one operation, translating its errors."""
+        """
+        Hold the connection for one operation, translating its errors. Deferred
+        spend is written first, so that every operation sees it.
+        """
         async with self._lock:
-            db = self._db
-            if db is None:
-                raise JournalError(f"journal {self._path} is closed: could not {what}")
+            db = self._connected(what)
             with self._errors(what):
+                if self._deferred:
+                    await self._write(db, _nothing)
                 yield db
+
+    async def _write(
+        self,
+        db: aiosqlite.Connection,
+        body: Callable[[sqlite3.Connection], _T],
+        *,
+        durable: bool = False,
+    ) -> _T:
+        """
+        Run ``body`` in one write transaction, after the deferred spend rows, in
+        the connection's thread: one hop to it for the whole transaction.
+
+        The hop is shielded from cancellation, so that the transaction has
+        either happened or not when this returns or raises. If it fails, the
+        spend rows are kept for the next operation. ``durable`` commits with
+        ``synchronous=FULL``.
+        """
+        rows, self._deferred = self._deferred, []
+        level = None if not durable or self._synchronous in _DURABLE else self._synchronous
+
+        def write(conn: sqlite3.Connection) -> _T:
+            if level is not None:
+                conn.execute(_Sql.synchronous("FULL"))
+            try:
+                conn.execute(_Sql.begin)
+                try:
+                    if rows:
+                        _crash_point("add_spend:before")
+                        conn.executemany(_Sql.add_spend, rows)
+                    result = body(conn)
+                    conn.commit()
+                except BaseException:
+                    conn.rollback()
+                    raise
+                if rows:
+                    _crash_point("add_spend:after")
+                return result
+            finally:
+                if level is not None:
+                    conn.execute(_Sql.synchronous(level))
+
+        try:
+            with anyio.CancelScope(shield=True):
+                result = await _in_thread(db, write)
+        except Exception:
+            self._deferred[:0] = rows
+            raise
+        return result
 
     @contextlib.asynccontextmanager
     async def _transaction(self, db: aiosqlite.Connection) -> AsyncIterator[None]:
@@ -1259,12 +1384,18 @@ class Journal:
 
     # -- steps --------------------------------------------------------------------------
 
-    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> None:
+    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> int:
         """
         Journal one step: an unstructured :class:`~proctor.runtime.TraceRecord`.
 
         The run may have ended (a refusal after the end is still a step), but the
-        writer's epoch must be the run's.
+        writer's epoch must be the run's. The deferred spend is written in the
+        same transaction.
+
+        Returns:
+            The id of the run's newest note (0 when it has none), read in the
+            same transaction: a writer that polls the run's notes need not read
+            them again while it has not changed.
 
         Raises:
             ConfigError: the record lacks a field or belongs to another run.
@@ -1274,16 +1405,42 @@ class Journal:
         """
         params = _step_params(run_id, epoch, record)
         what = f"append step {params['step']}"
-        async with self._use(f"{what} of run {run_id}") as db:
-            try:
-                _crash_point("append_step:before")
-                cursor = await db.execute(_Sql.append_step, params)
-                _crash_point("append_step:after")
-            except sqlite3.IntegrityError as exc:
-                raise self._duplicate_step(run_id, what, exc) from exc
-            if cursor.rowcount != 1:
-                status, current = await self._diagnose_run(db, run_id, what)
-                raise self._fenced(run_id, epoch, status, current, what)
+        mine = _StepWrite(params)
+        self._steps.append(mine)
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            # Cancelled while waiting: not written, unless a batch in flight has it.
+            if mine in self._steps:
+                self._steps.remove(mine)
+            raise
+        try:
+            # Group commit: whoever holds the lock first writes every step then
+            # waiting, of every run, in one transaction; the others find theirs done.
+            if mine.written is None:
+                db = self._connected(f"{what} of run {run_id}")
+                batch, self._steps = self._steps, []
+                with self._errors(f"{what} of run {run_id}"):
+                    try:
+                        await self._write(db, functools.partial(_write_steps, batch))
+                    except BaseException:
+                        # Rolled back: the others waiting try again under the lock.
+                        others = [w for w in batch if w is not mine]
+                        for waiting in others:
+                            waiting.reset()
+                        self._steps[:0] = others
+                        raise
+        finally:
+            self._lock.release()
+        if mine.written:
+            _crash_point("append_step:after")
+            return mine.newest
+        if mine.duplicate is not None:
+            raise self._duplicate_step(run_id, what, mine.duplicate) from mine.duplicate
+        if mine.fence is None:
+            raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
+        status, current = mine.fence
+        raise self._fenced(run_id, epoch, status, current, what)
 
     async def append_steps(
         self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
@@ -1320,11 +1477,26 @@ class Journal:
             why = str(exc)
         return JournalError(f"journal {self._path}: could not {what} of run {run_id}: {why}")
 
-    async def steps(self, run_id: str) -> list[dict[str, Any]]:
-        """Return a run's steps in order, shaped as they were appended."""
+    async def steps(self, run_id: str, *, after: int = 0) -> list[dict[str, Any]]:
+        """
+        Return a run's steps in order, shaped as they were appended.
+
+        Args:
+            run_id: the run.
+            after: only the steps numbered above it (what a replay has not seen).
+        """
         async with self._use(f"read steps of run {run_id}") as db:
-            rows = await db.execute_fetchall(_Sql.steps, (run_id,))
+            rows = await db.execute_fetchall(_Sql.steps, (run_id, after))
         return [_step_record(row) for row in rows]
+
+    async def ending_step(self, run_id: str) -> dict[str, Any] | None:
+        """
+        Return the last step of a run that carries a disposition (the step that
+        ended it, or a later one), or None when none does. Reads one step.
+        """
+        async with self._use(f"read the ending step of run {run_id}") as db:
+            rows = list(await db.execute_fetchall(_Sql.ending_step, (run_id,)))
+        return _step_record(rows[0]) if rows else None
 
     # -- effects ------------------------------------------------------------------------
 
@@ -1365,14 +1537,21 @@ class Journal:
             "now": time.time(),
         }
         what = f"dispatch of effect {key}"
-        async with self._use(f"record {what}") as db:
-            async with self._durable(db):
-                _crash_point("record_dispatch:before")
-                cursor = await db.execute(_Sql.record_dispatch, params)
-                _crash_point("record_dispatch:after")
-            if cursor.rowcount == 1:
-                return
-            rows = list(await db.execute_fetchall(_Sql.dispatch_check, params))
+
+        def write(conn: sqlite3.Connection) -> list[Any] | None:
+            """Dispatch it; or, when nothing was written, return what explains why."""
+            _crash_point("record_dispatch:before")
+            if conn.execute(_Sql.record_dispatch, params).rowcount == 1:
+                return None
+            return list(conn.execute(_Sql.dispatch_check, params).fetchall())
+
+        async with self._lock:
+            db = self._connected(f"record {what}")
+            with self._errors(f"record {what}"):
+                rows = await self._write(db, write, durable=True)
+        if rows is None:
+            _crash_point("record_dispatch:after")
+            return
         if not rows:
             raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
         status, current, known_hash = rows[0]
@@ -1500,6 +1679,8 @@ class Journal:
         amounts: Mapping[str, float],
         kind: str,
         note: str = "",
+        *,
+        defer: bool = False,
     ) -> None:
         """
         Journal spend: one row per dimension, all in one transaction.
@@ -1510,9 +1691,16 @@ class Journal:
             amounts: the amount per dimension (``steps``, ``tokens_in``, ``cost_usd``, ...).
             kind: one of :data:`SPEND_KINDS`.
             note: why, for a person.
+            defer: write the rows in the same transaction as this journal's next
+                operation (a step, an effect's dispatch, a read, or the close)
+                instead of one of their own. In order, and before anything that
+                operation writes or reads; a host that dies before that
+                operation loses them. The controller defers its accountant's
+                rows: the step that follows is written with them.
 
         Raises:
-            ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`.
+            ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount
+                is not finite.
         """
         if kind not in SPEND_KINDS:
             raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
@@ -1532,10 +1720,11 @@ class Journal:
             "note": note,
             "now": time.time(),
         }
-        async with self._use(f"add spend of run {run_id}") as db:
-            _crash_point("add_spend:before")
-            await db.execute(_Sql.add_spend, params)
-            _crash_point("add_spend:after")
+        self._deferred.append(params)
+        if defer:
+            return
+        async with self._use(f"add spend of run {run_id}"):
+            pass  # _use wrote it
 
     async def spend_totals(
         self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
@@ -1589,8 +1778,42 @@ class Journal:
             kinds: only notes of these kinds.
         """
         async with self._use(f"read notes of run {run_id}") as db:
-            rows = await db.execute_fetchall(_Sql.notes, (run_id, after))
-        return _note_records(rows, kinds)
+            if kinds is None:
+                rows = await db.execute_fetchall(_Sql.notes, (run_id, after))
+            else:
+                rows = await db.execute_fetchall(
+                    _Sql.notes_of_kinds, (run_id, after, json.dumps(list(kinds)))
+                )
+        return _note_records(rows)
+
+    async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None:
+        """
+        Return a run's newest note of ``kind`` (shaped as :meth:`notes` shapes it), or
+        None when it has none. Only that note's body is read, however many notes
+        the run has.
+        """
+        async with self._use(f"read the latest {kind} note of run {run_id}") as db:
+            rows = await db.execute_fetchall(_Sql.latest_note, (run_id, kind))
+        found = _note_records(rows)
+        return found[0] if found else None
+
+    async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None:
+        """
+        Keep a snapshot of a run's decision core, covering its steps up to
+        ``step``; it replaces the run's earlier one (a snapshot is derived from
+        the steps, not history of its own).
+        """
+        params = (run_id, step, _dump(body), time.time())
+        async with self._use(f"keep a snapshot of run {run_id}") as db:
+            _crash_point("put_snapshot:before")
+            await db.execute(_Sql.put_snapshot, params)
+            _crash_point("put_snapshot:after")
+
+    async def snapshot(self, run_id: str) -> dict[str, Any] | None:
+        """Return the body of a run's snapshot, or None when it has none."""
+        async with self._use(f"read the snapshot of run {run_id}") as db:
+            rows = list(await db.execute_fetchall(_Sql.snapshot, (run_id,)))
+        return _load(rows[0][0]) if rows else None
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -1599,6 +1822,59 @@ class Journal:
         async with self._use("check integrity") as db:
             rows = await db.execute_fetchall(_Sql.integrity_check)
         return "\n".join(str(row[0]) for row in rows)
+
+
+@attrs.define(eq=False)
+class _StepWrite:
+    """One step waiting to be written, and what became of it."""
+
+    params: dict[str, Any]
+    written: bool | None = None
+    newest: int = 0
+    duplicate: sqlite3.IntegrityError | None = None
+    fence: tuple[str, int] | None = None
+
+    def reset(self) -> None:
+        """Forget a fate its rolled-back transaction undid."""
+        self.written, self.newest, self.duplicate, self.fence = None, 0, None, None
+
+
+def _write_steps(batch: Sequence[_StepWrite], conn: sqlite3.Connection) -> None:
+    """
+    Write steps inside the caller's transaction; note each one's fate.
+
+    A refused insert (a duplicate step) undoes only its own statement, so one
+    run's refusal costs the others nothing.
+    """
+    for step in batch:
+        run_id = step.params["run_id"]
+        _crash_point("append_step:before")
+        try:
+            step.written = conn.execute(_Sql.append_step, step.params).rowcount == 1
+        except sqlite3.IntegrityError as exc:
+            step.written, step.duplicate = False, exc
+        if step.written:
+            step.newest = int(conn.execute(_Sql.newest_note, (run_id,)).fetchone()[0] or 0)
+        elif step.duplicate is None:
+            row = conn.execute(_Sql.run_fence, (run_id,)).fetchone()
+            step.fence = None if row is None else (str(row[0]), int(row[1]))
+
+
+async def _in_thread(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    """
+    Call ``fn`` with the connection, in the connection's own thread.
+
+    aiosqlite sends each statement to its thread and back; this sends a whole
+    transaction at once. It goes through the same queue as every statement
+    (``Connection._execute``, the function aiosqlite's own methods call), so it
+    is ordered with them.
+    """
+    execute = cast(Callable[..., Awaitable[_T]], db._execute)
+    return await execute(fn, db._conn)
+
+
+def _nothing(conn: sqlite3.Connection) -> None:
+    """A transaction's body that adds nothing to it (only the deferred spend)."""
 
 
 def is_postgres_url(target: str | os.PathLike[str]) -> bool:
@@ -1845,12 +2121,11 @@ def _task_record(row: Any) -> dict[str, Any]:
     }
 
 
-def _note_records(rows: Iterable[Any], kinds: Sequence[str] | None) -> list[dict[str, Any]]:
+def _note_records(rows: Iterable[Any]) -> list[dict[str, Any]]:
     """Notes rows, as both backends select them, as plain data (bodies decoded)."""
     return [
         {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
         for nid, rid, kind, body, at in rows
-        if kinds is None or kind in kinds
     ]
 
 

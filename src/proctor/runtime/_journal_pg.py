@@ -236,6 +236,17 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX IF NOT EXISTS runs_claimable ON runs (started_at, seq)
     WHERE status IN ('queued', 'running');
     """,
+    # Snapshots of a run's decision core, one per run, each replacing the last;
+    # notes found by kind.
+    """
+    CREATE TABLE IF NOT EXISTS snapshots (
+        run_id text COLLATE "C" PRIMARY KEY REFERENCES runs (run_id),
+        step   bigint NOT NULL,
+        body   text NOT NULL,
+        at     double precision NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS notes_by_kind ON notes (run_id, kind, id);
+    """,
 )
 
 if len(_MIGRATIONS) != SCHEMA_VERSION:  # pragma: no cover - a guard for whoever adds one
@@ -257,6 +268,21 @@ _FENCE = """
 
 def _fence(run: str, epoch: str, *, running: bool) -> str:
     return _FENCE.format(run=run, epoch=epoch, status="= 'running'" if running else "<> 'queued'")
+
+
+def _spend_rows(first: int) -> str:
+    """The insert of spend rows given as seven arrays, from parameter ``$first`` on."""
+    arrays = ", ".join(
+        f"${first + i}::{kind}[]"
+        for i, kind in enumerate(("text", "text", "text", "float8", "text", "text", "float8"))
+    )
+    return f"""
+        INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
+        SELECT u.task_id, u.run_id, u.dimension, u.amount, u.kind, u.note, u.at
+        FROM unnest({arrays})
+            WITH ORDINALITY AS u (task_id, run_id, dimension, amount, kind, note, at, n)
+        ORDER BY u.n
+    """
 
 
 _STEP_INSERT = """
@@ -371,9 +397,27 @@ class _Sql:
         SELECT {_STEP_VALUES}
         WHERE {_fence("$1::text", "$20::bigint", running=False)}
     """
+    # The deferred spend rows, the fenced step and the run's newest note id, in
+    # one statement: one round trip. A data-modifying WITH runs to completion
+    # whether or not the query reads it.
+    append_step_with_spend = f"""
+        WITH step AS (
+            {_STEP_INSERT}
+            SELECT {_STEP_VALUES}
+            WHERE {_fence("$1::text", "$20::bigint", running=False)}
+            RETURNING 1
+        ),
+        spent AS ({_spend_rows(21)})
+        SELECT (SELECT count(*) FROM step), (SELECT max(id) FROM notes WHERE run_id = $1::text)
+    """
+    add_spend_rows = _spend_rows(1)
     # Inside a transaction that locked the run's row after checking its epoch.
     insert_step = f"{_STEP_INSERT} VALUES ({_STEP_VALUES})"
-    steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = $1 ORDER BY step"
+    steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = $1 AND step > $2 ORDER BY step"
+    ending_step = f"""
+        SELECT {_STEP_COLUMNS} FROM steps
+        WHERE run_id = $1 AND disposition IS NOT NULL ORDER BY step DESC LIMIT 1
+    """
 
     record_dispatch = f"""
         INSERT INTO effects (
@@ -423,13 +467,6 @@ class _Sql:
         "run_id": "run_id = {}",
     }
 
-    # One row per dimension, in one statement, in the order given.
-    add_spend = """
-        INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
-        SELECT $1, $2, u.dimension, u.amount, $5, $6, $7
-        FROM unnest($3::text[], $4::float8[]) WITH ORDINALITY AS u (dimension, amount, n)
-        ORDER BY u.n
-    """
     spend_totals = """
         SELECT dimension, sum(amount) FROM spend
         WHERE task_id = $1 AND kind = ANY($2::text[])
@@ -454,6 +491,20 @@ class _Sql:
 
     add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES ($1, $2, $3, $4)"
     notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = $1 AND id > $2 ORDER BY id"
+    notes_of_kinds = """
+        SELECT id, run_id, kind, body, at FROM notes
+        WHERE run_id = $1 AND id > $2 AND kind = ANY($3::text[]) ORDER BY id
+    """
+    put_snapshot = """
+        INSERT INTO snapshots (run_id, step, body, at) VALUES ($1, $2, $3, $4)
+        ON CONFLICT (run_id) DO UPDATE
+        SET step = excluded.step, body = excluded.body, at = excluded.at
+    """
+    snapshot = "SELECT body FROM snapshots WHERE run_id = $1"
+    latest_note = """
+        SELECT id, run_id, kind, body, at FROM notes
+        WHERE run_id = $1 AND kind = $2 ORDER BY id DESC LIMIT 1
+    """
 
     # -- leases ---------------------------------------------------------------------
 
@@ -516,6 +567,7 @@ _TABLES: tuple[str, ...] = (
     "spend",
     "processes",
     "notes",
+    "snapshots",
 )
 
 
@@ -537,6 +589,8 @@ class PgJournal:
     _url: str
     _pool: _Pool | None
     _durable_set: bool = False
+    # Spend rows written with the journal's next operation, one per dimension.
+    _deferred: list[tuple[Any, ...]] = attrs.field(factory=list, init=False)
 
     @classmethod
     async def open(
@@ -581,7 +635,11 @@ class PgJournal:
         settings = {"synchronous_commit": "off"} if off else None
         try:
             pool = await asyncpg.create_pool(
-                url, min_size=1, max_size=pool_size, server_settings=settings
+                url,
+                min_size=1,
+                max_size=pool_size,
+                server_settings=settings,
+                reset=_keep_session,
             )
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ValueError) as exc:
             raise JournalError(f"journal {shown}: could not open: {_describe(exc)}") from exc
@@ -637,7 +695,17 @@ class PgJournal:
         return self._url
 
     async def close(self) -> None:
-        """Close the pool, after the operations in flight. Closing twice is fine."""
+        """
+        Close the pool, after the operations in flight, writing the deferred
+        spend first. Closing twice is fine.
+        """
+        if self._pool is not None and self._deferred:
+            try:
+                async with self._use("write deferred spend"):
+                    pass
+            except JournalError as exc:
+                # Closing still closes: what could not be written is said.
+                log.error("journal.deferred_spend_lost", journal=self._url, error=str(exc))
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -663,17 +731,32 @@ class PgJournal:
             raise JournalError(f"journal {self._url}: could not {what}: {_describe(exc)}") from exc
 
     @contextlib.asynccontextmanager
-    async def _use(self, what: str) -> AsyncIterator[_Conn]:
-        """Hold a connection of the pool for one operation, translating its errors."""
+    async def _use(self, what: str, *, flush: bool = True) -> AsyncIterator[_Conn]:
+        """
+        Hold a connection of the pool for one operation, translating its errors;
+        write the deferred spend first unless the operation writes it itself.
+        """
         pool = self._pool
         if pool is None:
             raise JournalError(f"journal {self._url} is closed: could not {what}")
         with self._errors(what):
             conn = await pool.acquire()
             try:
+                if flush and self._deferred:
+                    await self._flush(conn)
                 yield conn
             finally:
                 await self._release(pool, conn)
+
+    async def _flush(self, conn: _Conn) -> None:
+        """Write the deferred spend rows; keep them for the next operation if that fails."""
+        rows, self._deferred = self._deferred, []
+        try:
+            with anyio.CancelScope(shield=True):
+                await conn.execute(_Sql.add_spend_rows, *_spend_arrays(rows))
+        except BaseException:
+            self._deferred[:0] = rows
+            raise
 
     @staticmethod
     async def _release(pool: _Pool, conn: _Conn) -> None:
@@ -967,9 +1050,10 @@ class PgJournal:
 
     # -- steps --------------------------------------------------------------------------
 
-    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> None:
+    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> int:
         """
-        Journal one step: an unstructured :class:`~proctor.runtime.TraceRecord`.
+        Journal one step, with the deferred spend, in one statement; return the
+        id of the run's newest note (see :meth:`Journal.append_step`).
 
         Raises:
             ConfigError: the record lacks a field or belongs to another run.
@@ -979,14 +1063,24 @@ class PgJournal:
         """
         params = _step_params(run_id, epoch, record)
         what = f"append step {params['step']}"
-        async with self._use(f"{what} of run {run_id}") as conn:
+        async with self._use(f"{what} of run {run_id}", flush=False) as conn:
+            rows, self._deferred = self._deferred, []
             try:
-                status = await conn.execute(_Sql.append_step, *_step_args(params), epoch)
+                row = await conn.fetchrow(
+                    _Sql.append_step_with_spend, *_step_args(params), epoch, *_spend_arrays(rows)
+                )
             except asyncpg.UniqueViolationError as exc:
+                # The statement wrote nothing: the spend waits for the next operation.
+                self._deferred[:0] = rows
                 raise self._duplicate_step(run_id, what) from exc
-            if _count(status) != 1:
-                status, current = await self._diagnose_run(conn, run_id, what)
-                raise self._fenced(run_id, epoch, status, current, what)
+            except BaseException:
+                self._deferred[:0] = rows
+                raise
+            assert row is not None  # a SELECT without FROM returns one row
+            if row[0] == 1:
+                return int(row[1] or 0)
+            status, current = await self._diagnose_run(conn, run_id, what)
+            raise self._fenced(run_id, epoch, status, current, what)
 
     async def append_steps(
         self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
@@ -1023,11 +1117,17 @@ class PgJournal:
         why = "that step number is already journaled"
         return JournalError(f"journal {self._url}: could not {what} of run {run_id}: {why}")
 
-    async def steps(self, run_id: str) -> list[dict[str, Any]]:
-        """Return a run's steps in order, shaped as they were appended."""
+    async def steps(self, run_id: str, *, after: int = 0) -> list[dict[str, Any]]:
+        """Return a run's steps in order (see :meth:`Journal.steps`)."""
         async with self._use(f"read steps of run {run_id}") as conn:
-            rows = await conn.fetch(_Sql.steps, run_id)
+            rows = await conn.fetch(_Sql.steps, run_id, after)
         return [_step_record(row) for row in rows]
+
+    async def ending_step(self, run_id: str) -> dict[str, Any] | None:
+        """Return the last step with a disposition (see :meth:`Journal.ending_step`)."""
+        async with self._use(f"read the ending step of run {run_id}") as conn:
+            row = await conn.fetchrow(_Sql.ending_step, run_id)
+        return None if row is None else _step_record(row)
 
     # -- effects ------------------------------------------------------------------------
 
@@ -1164,9 +1264,12 @@ class PgJournal:
         amounts: Mapping[str, float],
         kind: str,
         note: str = "",
+        *,
+        defer: bool = False,
     ) -> None:
         """
-        Journal spend: one row per dimension, all in one statement.
+        Journal spend: one row per dimension, all in one statement; deferred,
+        with the journal's next operation (see :meth:`Journal.add_spend`).
 
         Raises:
             ConfigError: ``kind`` is not a spend kind, or an amount is not finite.
@@ -1175,10 +1278,15 @@ class PgJournal:
             raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
         if not amounts:
             return
-        values = _finite(amounts)
-        args = (task_id, run_id, list(values), list(values.values()), kind, note, time.time())
-        async with self._use(f"add spend of run {run_id}") as conn:
-            await conn.execute(_Sql.add_spend, *args)
+        now = time.time()
+        self._deferred.extend(
+            (task_id, run_id, dimension, amount, kind, note, now)
+            for dimension, amount in _finite(amounts).items()
+        )
+        if defer:
+            return
+        async with self._use(f"add spend of run {run_id}"):
+            pass  # _use wrote it
 
     async def spend_totals(
         self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
@@ -1218,8 +1326,29 @@ class PgJournal:
     ) -> list[dict[str, Any]]:
         """Return a run's notes in order (see :meth:`Journal.notes`)."""
         async with self._use(f"read notes of run {run_id}") as conn:
-            rows = await conn.fetch(_Sql.notes, run_id, after)
-        return _note_records(rows, kinds)
+            if kinds is None:
+                rows = await conn.fetch(_Sql.notes, run_id, after)
+            else:
+                rows = await conn.fetch(_Sql.notes_of_kinds, run_id, after, list(kinds))
+        return _note_records(rows)
+
+    async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None:
+        """Return a run's newest note of ``kind``, or None (see :meth:`Journal.latest_note`)."""
+        async with self._use(f"read the latest {kind} note of run {run_id}") as conn:
+            rows = await conn.fetch(_Sql.latest_note, run_id, kind)
+        found = _note_records(rows)
+        return found[0] if found else None
+
+    async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None:
+        """Keep a run's snapshot, replacing its earlier one (see :meth:`Journal.put_snapshot`)."""
+        async with self._use(f"keep a snapshot of run {run_id}") as conn:
+            await conn.execute(_Sql.put_snapshot, run_id, step, _dump(body), time.time())
+
+    async def snapshot(self, run_id: str) -> dict[str, Any] | None:
+        """Return the body of a run's snapshot, or None (see :meth:`Journal.snapshot`)."""
+        async with self._use(f"read the snapshot of run {run_id}") as conn:
+            body = await conn.fetchval(_Sql.snapshot, run_id)
+        return None if body is None else _load(body)
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -1242,6 +1371,25 @@ class PgJournal:
 def _step_args(params: Mapping[str, Any]) -> tuple[Any, ...]:
     """The parameters of a step row, in the order of ``_STEP_VALUES``."""
     return tuple(params[name] for name in _STEP_ORDER)
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """
+    Reset nothing when a connection goes back to the pool.
+
+    asyncpg rolls back an open transaction itself; the journal leaves no other
+    session state (it listens to nothing, takes no advisory lock, and its
+    settings are the connection's own or ``SET LOCAL``), so asyncpg's default
+    reset (``RESET ALL``, ``UNLISTEN *``, ...) would be a round trip to the
+    server after every operation for nothing.
+    """
+
+
+def _spend_arrays(rows: Sequence[tuple[Any, ...]]) -> tuple[list[Any], ...]:
+    """The seven arrays of :func:`_spend_rows` (columns) from spend rows."""
+    if not rows:
+        return ([], [], [], [], [], [], [])
+    return tuple(list(column) for column in zip(*rows, strict=True))
 
 
 def _count(status: str) -> int:

@@ -10,19 +10,33 @@ writes it has seen).
 
 Every signal is kept incrementally, at a constant cost per step whatever the
 history length.
+
+The whole state can be saved as plain data (:meth:`Judge.snapshot`) and loaded
+back (:meth:`Judge.restore`), so that a resumed run need not feed the decision
+core every step of its history again: it loads the latest snapshot and is fed
+only the steps after it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import re
+import sys
+from array import array
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
+import cattrs
 
+from proctor._errors import ProctorError
+from proctor._wire import converter, to_jsonable
 from proctor.runtime._normalize import (
     canonical_json,
+    digest,
     failure_signature,
     fingerprint,
     normalize_command,
@@ -46,16 +60,22 @@ from proctor.runtime._workset import WorkSet
 from proctor.verifiers._candidate import matches
 
 __all__ = (
+    "SNAPSHOT_FORMAT",
     "Act",
     "Judge",
     "Refused",
     "Ruling",
+    "SnapshotRefused",
     "TaskFacts",
     "Verdict",
     "action_key",
+    "facts_digest",
     "is_infrastructure_error",
     "normalized_action",
 )
+
+#: The layout of :meth:`Judge.snapshot`; a snapshot of another layout is refused.
+SNAPSHOT_FORMAT = 1
 
 SignalName = Literal["stop_signal", "user_stop", "deadline"]
 
@@ -203,22 +223,117 @@ def action_key(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> s
     return normalized_action(call, tools)
 
 
+def facts_digest(task: TaskFacts) -> str:
+    """
+    Return a digest of what the decision core knows of the task: a snapshot taken
+    under other facts is refused.
+    """
+    tools = {name: attrs.asdict(spec) for name, spec in sorted(task.tools.items())}
+    return digest(
+        canonical_json(
+            {
+                "kind": task.kind,
+                "checks": task.checks,
+                "protected": task.protected,
+                "required_files": task.required_files,
+                "tools": tools,
+            }
+        )
+    )
+
+
+class SnapshotRefused(ProctorError, ValueError):
+    """
+    A snapshot of the decision core that cannot be restored: taken under another
+    policy version, another snapshot format or other task facts, or not a snapshot.
+    Whoever restores it feeds the whole history instead.
+    """
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _strs(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of strings, got {str(value)[:80]}")
+    return [_str(item) for item in value]
+
+
+def _pairs(value: Any, size: int) -> list[list[Any]]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, list) and len(v) == size for v in value
+    ):
+        raise ValueError(f"expected a list of {size}-item lists, got {str(value)[:80]}")
+    return value
+
+
+def _hash64(text: str) -> int:
+    """A stable 64-bit hash of a text (Python's own ``hash`` changes between processes)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big")
+
+
+def _pack64(values: Sequence[int]) -> str:
+    """Unsigned 64-bit integers as one base64 text, big-endian."""
+    packed = array("Q", values)
+    if packed.itemsize != 8:  # pragma: no cover - every platform CPython supports
+        raise RuntimeError("array('Q') is not 64 bits wide here")
+    if sys.byteorder == "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def _unpack64(text: str) -> list[int]:
+    raw = base64.b64decode(text, validate=True)
+    if len(raw) % 8:
+        raise ValueError(f"{len(raw)} bytes is not a whole number of 64-bit integers")
+    values = array("Q")
+    values.frombytes(raw)
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values.tolist()
+
+
 @attrs.define(eq=False)
 class _Window:
     """The state a new user instruction starts afresh."""
 
     work: WorkSet = attrs.field(factory=WorkSet)
-    seen: set[str] = attrs.field(factory=set)
+    # Candidate digests seen, in the order they were first seen (a dict keeps it).
+    seen: dict[str, None] = attrs.field(factory=dict)
     stall: int = 0
     same_response: int = 0
     last_response: str | None = None
-    polls: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    # hash of an action -> (its last output fingerprint, how many times in a row)
+    polls: dict[int, tuple[str, int]] = attrs.field(factory=dict)
     failures: dict[tuple[str, str], int] = attrs.field(factory=dict)
     tool_streaks: dict[str, int] = attrs.field(factory=dict)
-    # action -> (its first outcome, whether every call since gave that outcome)
-    outcomes: dict[str, tuple[str, bool]] = attrs.field(factory=dict)
+    # hash of an action -> hash of its first outcome while every call since gave that
+    # outcome, 0 once one did not. Hashes (64 bits) keep it small: an action's
+    # arguments may hold a whole file, and every action the run ever took is here.
+    outcomes: dict[int, int] = attrs.field(factory=dict)
     last_idle_action: str | None = None
-    shapes: deque[tuple[str, str]] = attrs.field(factory=lambda: deque(maxlen=10))
+    # (hash of an action, its outcome), the last ten
+    shapes: deque[tuple[int, str]] = attrs.field(factory=lambda: deque(maxlen=10))
 
 
 @attrs.define(eq=False)
@@ -250,9 +365,12 @@ class Judge:
     policy_version: str = attrs.field(init=False)
     _rescue_text: str = attrs.field(default="", init=False)
     _window: _Window = attrs.field(factory=_Window, init=False)
+    # A cache of tool declarations, for the task it was filled for: not state.
+    _specs: dict[str, ToolSpec] = attrs.field(factory=dict, init=False, repr=False)
+    _specs_task: TaskFacts | None = attrs.field(default=None, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self._window.seen.add(self.digest)
+        self._window.seen[self.digest] = None
         self.policy_version = self.policy.version
 
     # -- queries ------------------------------------------------------------
@@ -279,7 +397,18 @@ class Judge:
 
     def spec(self, tool: str) -> ToolSpec:
         """Return the declaration of ``tool``."""
-        return spec_for(tool, dict(self.task.tools) if self.task.tools else None)
+        if self._specs_task is not self.task:
+            self._specs, self._specs_task = {}, self.task
+        spec = self._specs.get(tool)
+        if spec is None:
+            tools = dict(self.task.tools) if self.task.tools else None
+            spec = self._specs[tool] = spec_for(tool, tools)
+        return spec
+
+    def _action(self, call: ToolCall) -> str:
+        """The call's normalized action (as :func:`action_key` has it), from the cached spec."""
+        args = _normalized_args(self.spec(call.tool), call.args)
+        return canonical_json({"tool": call.tool, "args": args})
 
     def protected_path(self, call: ToolCall) -> str | None:
         """Return the protected path an effectful call would write, if any."""
@@ -323,8 +452,8 @@ class Judge:
             and threshold >= 2
             and w.stall >= threshold - 1
             and w.last_idle_action is not None
-            and w.last_idle_action == action_key(call, self.task.tools)
-            and w.outcomes.get(w.last_idle_action, ("", False))[1]
+            and w.last_idle_action == self._action(call)
+            and w.outcomes.get(_hash64(w.last_idle_action), 0) != 0
             and not (call.poll and self._poll_allowed(call))
         ):
             return (
@@ -334,7 +463,7 @@ class Judge:
         return None
 
     def _poll_allowed(self, call: ToolCall) -> bool:
-        entry = self._window.polls.get(action_key(call, self.task.tools))
+        entry = self._window.polls.get(_hash64(self._action(call)))
         return entry is None or entry[1] < self.policy.poll_limit
 
     # -- steps --------------------------------------------------------------
@@ -348,7 +477,7 @@ class Judge:
         if digest == self.digest:
             return False
         self.digest = digest
-        self._window.seen.add(digest)
+        self._window.seen[digest] = None
         self.state_version += 1
         return True
 
@@ -386,7 +515,7 @@ class Judge:
         w.polls.clear()
         w.tool_streaks.clear()
         w.last_idle_action = None
-        w.seen.add(self.digest)
+        w.seen[self.digest] = None
 
     def amend(self, task: TaskFacts, contract_version: str) -> None:
         """An operator changed the contract: evidence under the old version is stale."""
@@ -427,7 +556,7 @@ class Judge:
             w.last_response = None
         elif progress is False:
             last = [it for it in items if isinstance(it, Act)]
-            w.last_idle_action = action_key(last[-1].call, self.task.tools) if last else None
+            w.last_idle_action = self._action(last[-1].call) if last else None
 
         stop = self._no_progress_stop(failures_hit)
         nudge = None if stop else self._nudge() or self._streak_nudge(items)
@@ -452,23 +581,22 @@ class Judge:
         self.actions += 1
         call, result = act.call, act.result
         spec = self.spec(call.tool)
-        key = action_key(call, self.task.tools)
+        key = self._action(call)
+        khash = _hash64(key)
         fp = fingerprint(result.output)
         delta: dict[str, Any] = {}
-        outcome = f"{result.status.value}:{fp}"
-        first = w.outcomes.get(key)
+        outcome = _hash64(f"{result.status.value}:{fp}") or 1
+        first = w.outcomes.get(khash)
         # Only a call that always gave the same outcome is predictable enough to refuse.
-        w.outcomes[key] = (
-            (outcome, True) if first is None else (first[0], first[1] and first[0] == outcome)
-        )
+        w.outcomes[khash] = outcome if first is None or first == outcome else 0
         if act.after != act.before:
             self.digest = act.after
             self.state_version += 1
             delta["candidate"] = act.after
             new_state = act.after not in w.seen
-            w.seen.add(act.after)
+            w.seen[act.after] = None
             w.work.add("state", act.after)
-            self._shape(key, act.after)
+            self._shape(khash, act.after)
             if not new_state:
                 return False, "the candidate returned to an earlier state (a cycle)", delta, fp
             return True, "new candidate", delta, fp
@@ -491,14 +619,14 @@ class Judge:
                     item = ("source", f"{spec.source}:{' '.join(source.split())}")
             elif spec.paths and spec.changes_candidate:
                 # A write that left every file as it was.
-                self._shape(key, fp)
+                self._shape(khash, fp)
                 return False, "the write changed nothing", delta, fp
             else:
                 item = ("tool", key, fp, str(result.exit_code))
             if call.poll:
-                return self._poll(key, fp, item, delta)
+                return self._poll(key, khash, fp, item, delta)
             new = w.work.add(*item)
-            self._shape(key, fp)
+            self._shape(khash, fp)
             if new:
                 self.state_version += 1
                 delta["work"] = len(w.work)
@@ -507,13 +635,13 @@ class Judge:
 
         if result.status is ToolStatus.UNCERTAIN:
             new = w.work.add("uncertain", key)
-            self._shape(key, "uncertain")
+            self._shape(khash, "uncertain")
             return new, "the outcome is uncertain (its effect is unknown)", delta, fp
 
         signature = failure_signature(result.output, result.exit_code)
         # The same dead end reached by another spelling of a command is one failure.
         fkey = signature if call.tool == "run_command" else f"{call.tool}:{signature}"
-        self._shape(key, fkey)
+        self._shape(khash, fkey)
         new = w.work.add("failure", fkey)
         self._failure(fkey, failures_hit)
         if new:
@@ -523,17 +651,17 @@ class Judge:
         return False, "the same failure again", delta, fp
 
     def _poll(
-        self, key: str, fp: str, item: tuple[str, ...], delta: dict[str, Any]
+        self, key: str, khash: int, fp: str, item: tuple[str, ...], delta: dict[str, Any]
     ) -> tuple[bool | None, str, dict[str, Any], str | None]:
         w = self._window
-        last = w.polls.get(key)
+        last = w.polls.get(khash)
         if last is not None and last[0] == fp:
             streak = last[1] + 1
-            w.polls[key] = (fp, streak)
+            w.polls[khash] = (fp, streak)
             if streak <= self.policy.poll_limit:
                 return None, f"poll: unchanged outcome ({streak} in a row), waiting", delta, fp
             return False, f"poll: unchanged {streak} times in a row, over its limit", delta, fp
-        w.polls[key] = (fp, 1)
+        w.polls[khash] = (fp, 1)
         w.work.add("poll", *item[1:])
         self.state_version += 1
         delta["poll"] = key
@@ -567,8 +695,8 @@ class Judge:
         hit.add(entry)
         self._window.failures[entry] = self._window.failures.get(entry, 0) + 1
 
-    def _shape(self, key: str, outcome: str) -> None:
-        self._window.shapes.append((key, outcome))
+    def _shape(self, khash: int, outcome: str) -> None:
+        self._window.shapes.append((khash, outcome))
 
     def _count(self, progress: bool | None) -> None:
         if progress is True:
@@ -881,6 +1009,138 @@ class Judge:
         if self.disposition is not None:
             return Ruling(Decision.CONTINUE, False, "the run has already ended")
         self._window = _Window()
-        self._window.seen.add(self.digest)
+        self._window.seen[self.digest] = None
         self.state_version += 1
         return Ruling(Decision.CONTINUE, False, "a new instruction: a fresh progress window")
+
+    # -- snapshots ----------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """
+        Return the decision core's state as plain JSON-able data.
+
+        It holds everything later decisions depend on: the candidate and the
+        candidates seen, the distinct work (its items' hashes and their running
+        sum), the failure counts, the evidence, the sources fetched, the outcome
+        of every action taken, the loop-shape window, the streak counters and the
+        disposition. It names its format, the policy version and a digest of the
+        task facts it was taken under: :meth:`restore` refuses it under others. Its
+        size follows the state, not the history: about 45 bytes per distinct action.
+        """
+        w = self._window
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "policy_version": self.policy_version,
+            "facts": facts_digest(self.task),
+            "digest": self.digest,
+            "contract_version": self.contract_version,
+            "disposition": None if self.disposition is None else self.disposition.value,
+            "stop_reason": None if self.stop_reason is None else to_jsonable(self.stop_reason),
+            "state_version": self.state_version,
+            "actions": self.actions,
+            "rescues": self.rescues,
+            "rescue_text": self._rescue_text,
+            "evidence": [
+                [d, c, [[check, passed] for check, passed in verdicts.items()]]
+                for (d, c), verdicts in self.evidence.items()
+            ],
+            "last_failure": [[check, key] for check, key in self._last_failure.items()],
+            "fetched": sorted(self.fetched),
+            "window": {
+                "work": w.work.snapshot(),
+                "seen": list(w.seen),
+                "stall": w.stall,
+                "same_response": w.same_response,
+                "last_response": w.last_response,
+                "polls": [[f"{k:016x}", fp, n] for k, (fp, n) in w.polls.items()],
+                "failures": [[d, sig, n] for (d, sig), n in w.failures.items()],
+                "tool_streaks": [[tool, n] for tool, n in w.tool_streaks.items()],
+                "outcome_actions": _pack64(list(w.outcomes)),
+                "outcome_values": _pack64(list(w.outcomes.values())),
+                "last_idle_action": w.last_idle_action,
+                "shapes": [[f"{k:016x}", outcome] for k, outcome in w.shapes],
+            },
+        }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """
+        Replace this decision core's state by the one a :meth:`snapshot` holds.
+
+        The task facts, the policy and ``missing_files`` stay this judge's own: the
+        snapshot must have been taken under the same facts and policy version.
+
+        Raises:
+            SnapshotRefused: the snapshot has another format, policy version or task
+                facts, or is not a snapshot at all. The judge is left as it was.
+        """
+        if not isinstance(snapshot, Mapping):
+            raise SnapshotRefused(f"a snapshot is a JSON object, got {type(snapshot).__name__}")
+        fmt = snapshot.get("format")
+        if fmt != SNAPSHOT_FORMAT:
+            raise SnapshotRefused(
+                f"snapshot format {fmt!r}: this proctor reads format {SNAPSHOT_FORMAT}"
+            )
+        version = snapshot.get("policy_version")
+        if version != self.policy_version:
+            raise SnapshotRefused(
+                f"the snapshot was taken under policy {version!r}, not {self.policy_version!r}"
+            )
+        if snapshot.get("facts") != facts_digest(self.task):
+            raise SnapshotRefused("the snapshot was taken under other task facts")
+        try:
+            fields, window = self._decode(snapshot)
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            binascii.Error,
+            cattrs.BaseValidationError,
+        ) as exc:
+            raise SnapshotRefused(f"not a snapshot of the decision core: {exc}") from exc
+        for name, value in fields.items():
+            setattr(self, name, value)
+        self._window = window
+
+    @staticmethod
+    def _decode(data: Mapping[str, Any]) -> tuple[dict[str, Any], _Window]:
+        """Decode and check every part of a snapshot before anything is replaced."""
+        disposition = data["disposition"]
+        stop_reason = data["stop_reason"]
+        evidence: dict[tuple[str, str], dict[str, bool]] = {}
+        for d, c, verdicts in _pairs(data["evidence"], 3):
+            evidence[(_str(d), _str(c))] = {
+                _str(check): _bool(passed) for check, passed in _pairs(verdicts, 2)
+            }
+        fields: dict[str, Any] = {
+            "digest": _str(data["digest"]),
+            "contract_version": _str(data["contract_version"]),
+            "disposition": None if disposition is None else Disposition(disposition),
+            "stop_reason": None
+            if stop_reason is None
+            else converter.structure(stop_reason, StopReason),
+            "state_version": _int(data["state_version"]),
+            "actions": _int(data["actions"]),
+            "rescues": _int(data["rescues"]),
+            "_rescue_text": _str(data["rescue_text"]),
+            "evidence": evidence,
+            "_last_failure": {_str(c): _str(k) for c, k in _pairs(data["last_failure"], 2)},
+            "fetched": set(_strs(data["fetched"])),
+        }
+        w = data["window"]
+        keys, values = _unpack64(w["outcome_actions"]), _unpack64(w["outcome_values"])
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} actions with {len(values)} outcomes")
+        window = _Window(
+            work=WorkSet.from_snapshot(w["work"]),
+            seen=dict.fromkeys(_strs(w["seen"])),
+            stall=_int(w["stall"]),
+            same_response=_int(w["same_response"]),
+            last_response=_opt_str(w["last_response"]),
+            polls={int(k, 16): (_str(fp), _int(n)) for k, fp, n in _pairs(w["polls"], 3)},
+            failures={(_str(d), _str(s)): _int(n) for d, s, n in _pairs(w["failures"], 3)},
+            tool_streaks={_str(t): _int(n) for t, n in _pairs(w["tool_streaks"], 2)},
+            outcomes=dict(zip(keys, values, strict=True)),
+            last_idle_action=_opt_str(w["last_idle_action"]),
+            shapes=deque(((int(k, 16), _str(o)) for k, o in _pairs(w["shapes"], 2)), maxlen=10),
+        )
+        return fields, window

@@ -7,14 +7,21 @@ history costs time proportional to the history; a :class:`WorkSet` instead adds
 each item's 128-bit hash to a running sum (modulo 2**128), so an add and a
 fingerprint cost the same at the first step and the hundred-thousandth, and the
 fingerprint does not depend on the order in which the items arrived.
+
+A work set can be saved as plain data (:meth:`WorkSet.snapshot`) and rebuilt
+from it (:meth:`WorkSet.from_snapshot`): the item hashes in the order they
+arrived, 16 bytes each, as one base64 text.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -54,6 +61,8 @@ class WorkSet:
 
     _hashes: set[int] = attrs.field(factory=set, init=False)
     _total: int = attrs.field(default=0, init=False)
+    # The same hashes, big-endian, in the order they arrived: a snapshot is one copy.
+    _raw: bytearray = attrs.field(factory=bytearray, init=False)
 
     def add(self, *parts: str) -> bool:
         """
@@ -71,6 +80,7 @@ class WorkSet:
             return False
         self._hashes.add(item)
         self._total = (self._total + item) % _MODULUS
+        self._raw += item.to_bytes(16, "big")
         return True
 
     def __contains__(self, parts: tuple[str, ...]) -> bool:
@@ -90,13 +100,50 @@ class WorkSet:
         """Remove every item."""
         self._hashes.clear()
         self._total = 0
+        self._raw.clear()
 
     def copy(self) -> WorkSet:
         """Return an independent copy holding the same items."""
         other = WorkSet()
         other._hashes = set(self._hashes)
         other._total = self._total
+        other._raw = bytearray(self._raw)
         return other
+
+    def snapshot(self) -> dict[str, Any]:
+        """
+        Return the set as plain JSON-able data: ``items`` (how many), ``total`` (the
+        running sum, 32 hex characters) and ``hashes`` (the items' hashes in the order
+        they arrived, 16 bytes each, base64).
+        """
+        return {
+            "items": len(self._hashes),
+            "total": f"{self._total:032x}",
+            "hashes": base64.b64encode(self._raw).decode("ascii"),
+        }
+
+    @classmethod
+    def from_snapshot(cls, data: Mapping[str, Any]) -> WorkSet:
+        """
+        Rebuild a work set from :meth:`snapshot`.
+
+        Raises:
+            ValueError: the data is not a work set's snapshot, or its parts disagree
+                (the count or the running sum does not match the hashes).
+        """
+        try:
+            raw = base64.b64decode(data["hashes"], validate=True)
+            count, total = data["items"], int(data["total"], 16)
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            raise ValueError(f"not a work set snapshot: {exc}") from exc
+        if len(raw) % 16 or len(raw) // 16 != count:
+            raise ValueError(f"a work set snapshot of {count} items holds {len(raw)} bytes")
+        hashes = {int.from_bytes(raw[i : i + 16], "big") for i in range(0, len(raw), 16)}
+        if len(hashes) != count or sum(hashes) % _MODULUS != total:
+            raise ValueError("a work set snapshot whose hashes do not add up to its total")
+        work = cls()
+        work._hashes, work._total, work._raw = hashes, total, bytearray(raw)
+        return work
 
 
 def naive_fingerprint(items: Iterable[tuple[str, ...]]) -> str:
