@@ -15,6 +15,7 @@ from proctor._errors import JournalError as JournalError
 from proctor._errors import ProctorError as ProctorError
 from proctor._errors import RunNotFoundError as RunNotFoundError
 from proctor._errors import SchemaError as SchemaError
+from proctor._errors import SnapshotRefused as SnapshotRefused
 from proctor._errors import TrajectoryError as TrajectoryError
 from proctor._errors import WorkspaceError as WorkspaceError
 from proctor.budgets import Budget as Budget
@@ -88,6 +89,7 @@ __all__ = (
     "RunResult",
     "SchemaError",
     "ScriptedActor",
+    "SnapshotRefused",
     "Task",
     "ToolCall",
     "ToolResult",

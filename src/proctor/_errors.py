@@ -13,6 +13,7 @@ Every error proctor raises derives from :class:`ProctorError`::
     ├── EffectError                      an effect-ledger rule was broken
     ├── BudgetError                      a budget rule was broken (unknown model price, ...)
     ├── ActorError                       an actor could not produce a proposal
+    ├── SnapshotRefused (ValueError)     a decision-core snapshot that cannot be restored
     └── RunNotFoundError (LookupError)   no run with that id in the journal
 """
 
@@ -28,6 +29,7 @@ __all__ = (
     "ProctorError",
     "RunNotFoundError",
     "SchemaError",
+    "SnapshotRefused",
     "TrajectoryError",
     "WorkspaceError",
 )
@@ -89,6 +91,14 @@ class ActorError(ProctorError):
     An actor could not produce a proposal: its process failed or its model server did.
 
     The runtime turns it into a journaled ``failed`` disposition (``actor_crashed``).
+    """
+
+
+class SnapshotRefused(ProctorError, ValueError):
+    """
+    A snapshot of the decision core that cannot be restored: taken under another
+    policy version, another snapshot format or other task facts, or not a snapshot.
+    Whoever restores it feeds the whole history instead.
     """
 
 

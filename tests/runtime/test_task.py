@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from proctor._errors import ConfigError
 from proctor.budgets._budget import DIMENSIONS, Budget
+from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime import _task
 from proctor.runtime._policy import Policy
 from proctor.runtime._task import (
@@ -577,6 +579,19 @@ def test_describe_is_plain_data(tmp_path: Path) -> None:
     assert described["budget"] == {"limits": {"steps": 5.0}, "reserve": {}}
     assert described["policy"] == Policy().settings()
     assert described["contract"] == task.contract()
+
+
+def test_a_described_task_keeps_its_prices(tmp_path: Path) -> None:
+    prices = PriceTable.empty().with_prices({"house-model": Price(0.5, 1.5)})
+    task = Task(goal="g", workspace=tmp_path, kind="answer", prices=prices)
+    again = Task.from_description(json.loads(json.dumps(task.describe())))
+    # Exactly the table the run charged with: nothing of the built-in one comes back.
+    assert again.prices == prices
+    assert again.prices.cost("house-model", 1_000_000, 1_000_000) == 2.0
+    assert "gpt-4o" not in again.prices
+    # A description written before prices were journaled gets the built-in table.
+    older = {k: v for k, v in task.describe().items() if k != "prices"}
+    assert Task.from_description(older).prices == PriceTable()
 
 
 def _base(tmp_path: Path) -> Task:

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import attrs
 import cattrs
 
-from proctor._errors import ProctorError
+from proctor._errors import SnapshotRefused
 from proctor._wire import converter, to_jsonable
 from proctor.runtime._normalize import (
     canonical_json,
@@ -240,14 +240,6 @@ def facts_digest(task: TaskFacts) -> str:
             }
         )
     )
-
-
-class SnapshotRefused(ProctorError, ValueError):
-    """
-    A snapshot of the decision core that cannot be restored: taken under another
-    policy version, another snapshot format or other task facts, or not a snapshot.
-    Whoever restores it feeds the whole history instead.
-    """
 
 
 def _int(value: Any) -> int:

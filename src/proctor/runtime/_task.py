@@ -18,7 +18,7 @@ import attrs
 
 from proctor._errors import ConfigError
 from proctor.budgets._budget import Budget
-from proctor.budgets._prices import PriceTable
+from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime._judge import TaskFacts
 from proctor.runtime._normalize import normalize_path
 from proctor.runtime._policy import Policy
@@ -172,6 +172,12 @@ class Task:
             "ignore": list(self.ignore),
             "command_time_limit": self.command_time_limit,
             "template": None if self.template is None else str(self.template),
+            # The whole table, built-in prices included: a resumed run charges its
+            # model calls as the first did, whatever this proctor's table says.
+            "prices": {
+                model: {"input": price.input_per_mtok, "output": price.output_per_mtok}
+                for model, price in sorted(self.prices.prices.items())
+            },
         }
 
     @classmethod
@@ -228,6 +234,14 @@ class Task:
             command_time_limit=float(data.get("command_time_limit", 120.0)),
             task_id=task_id,
             template=None if data.get("template") is None else Path(data["template"]),
+            prices=PriceTable()
+            if data.get("prices") is None
+            else PriceTable(
+                {
+                    model: Price(rates["input"], rates["output"])
+                    for model, rates in data["prices"].items()
+                }
+            ),
         )
 
 
