@@ -183,6 +183,33 @@ async def test_settle_replaces_the_reservation_and_journals_the_spend() -> None:
         ]
 
 
+async def test_a_charged_reservation_is_granted_and_settled_in_one_round_trip() -> None:
+    clock = FakeClock(100.0)
+    ledger = Ledger(Budget.of(reserve={"steps": 1}, steps=10, wall_seconds=600))
+    async with accountant(ledger, clock) as books:
+        clock.now = 101.0
+        reply = await books.ask(Reserve(1, {"steps": 1.0, "tool_calls": 1.0}, charge=True))
+        assert isinstance(reply, Granted)
+        # As a Settle with the same amounts would have it: spent, nothing held,
+        # the time charged, what is left for the actor.
+        assert reply.remaining == {"steps": 8.0, "wall_seconds": 599.0}
+        assert ledger.reserved == {}
+        assert ledger.spent == {"steps": 1.0, "tool_calls": 1.0, "wall_seconds": 1.0}
+        assert books.journal.calls == [
+            ({"steps": 1.0, "tool_calls": 1.0}, "reserve"),
+            ({"steps": 1.0, "tool_calls": 1.0, "wall_seconds": 1.0}, "settle"),
+        ]
+        # A charge that does not fit is denied, and nothing is spent.
+        ledger.spent["steps"] = 9.0
+        denied = await books.ask(Reserve(2, {"steps": 1.0}, charge=True))
+        assert isinstance(denied, Denied)
+        assert ledger.spent["steps"] == 9.0
+        # The controller may draw on the reserve.
+        granted = await books.ask(Reserve(3, {"steps": 1.0}, controller=True, charge=True))
+        assert isinstance(granted, Granted)
+        assert ledger.spent["steps"] == 10.0
+
+
 async def test_wall_time_is_charged_once_per_stretch() -> None:
     clock = FakeClock()
     ledger = Ledger(Budget.of(wall_seconds=600))

@@ -93,12 +93,17 @@ class Reserve:
     Ask to hold ``amounts`` before spending them.
 
     ``controller`` may draw on the reserve; ``lease`` reserves inside a lease.
+    ``charge`` spends them at once if they fit, as a :class:`Settle` of the
+    grant with the same amounts would (one round trip instead of two): the
+    :class:`Granted` reply's ``remaining`` is after the charge, and its
+    reservation is no longer held.
     """
 
     ref: int
     amounts: dict[str, float]
     controller: bool = False
     lease: int | None = None
+    charge: bool = False
 
 
 @attrs.frozen
@@ -533,37 +538,47 @@ class _Accountant:
             await self.replies.send(Denied(request.ref, outcome))
             return
         await self.record(request.amounts, "reserve", _note(request.lease))
-        remaining = target.remaining(request.controller)
+        if request.charge:
+            # As the Settle that would follow: what is left after it, for the actor.
+            remaining = await self._charge(outcome, request.amounts, request.lease)
+        else:
+            remaining = target.remaining(request.controller)
         await self.replies.send(Granted(request.ref, outcome, remaining))
 
     async def _settle(self, request: Settle) -> None:
+        remaining = await self._charge(request.reservation, request.actual, request.lease)
+        await self.replies.send(Settled(request.ref, remaining))
+
+    async def _charge(
+        self, reservation: int | None, actual_spend: Mapping[str, float], lease: int | None
+    ) -> dict[str, float]:
+        """Settle a reservation with what was spent and the time that passed; journal it."""
         elapsed = self.time.charge()
-        reservation = request.reservation
         try:
-            target = self.ledger.for_lease(request.lease)
+            target = self.ledger.for_lease(lease)
         except BudgetError:
             # A closed lease released what it held: its spend is late usage, charged
             # where the lease's spend went. Spend is spent: an unknown lease's goes
             # to the task.
             reservation = None
             try:
-                target = self.ledger.for_lease(request.lease, closed=True)
+                target = self.ledger.for_lease(lease, closed=True)
             except BudgetError as exc:
-                log.warning("budget.unknown_lease", lease=request.lease, reason=str(exc))
+                log.warning("budget.unknown_lease", lease=lease, reason=str(exc))
                 target = self.ledger
-        actual = {**request.actual}
+        actual = {**actual_spend}
         if target is self.ledger:
             for key, value in elapsed.items():
                 actual[key] = actual.get(key, 0.0) + value
             target.settle(reservation, actual)
         else:
-            target.settle(reservation, request.actual)
+            target.settle(reservation, actual_spend)
             self.ledger.settle(None, elapsed)
             for key, value in elapsed.items():
                 actual[key] = actual.get(key, 0.0) + value
-        await self.record(actual, "settle", _note(request.lease))
+        await self.record(actual, "settle", _note(lease))
         self.reschedule()
-        await self.replies.send(Settled(request.ref, target.remaining()))
+        return target.remaining()
 
     def _release(self, request: Release) -> None:
         try:

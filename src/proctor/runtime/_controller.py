@@ -215,10 +215,11 @@ class Controller:
             self._stash.append(message)
 
     async def _reserve(
-        self, amounts: dict[str, float], controller: bool = False
+        self, amounts: dict[str, float], controller: bool = False, *, charge: bool = False
     ) -> int | Exhaustion:
+        """Reserve ``amounts``; with ``charge``, spend them at once if they fit."""
         ref = self._next_ref()
-        await self.to_accountant.send(Reserve(ref, amounts, controller))
+        await self.to_accountant.send(Reserve(ref, amounts, controller, charge=charge))
         reply = await self._reply(ref, (Granted, Denied))
         if isinstance(reply, Denied):
             return reply.exhaustion
@@ -437,23 +438,23 @@ class Controller:
             self._note = reason
 
     async def _proposal(self, proposal: Proposal) -> None:
-        # A lone read is reserved and charged with its step: one round trip to
-        # the accountant each way instead of two. A call that does not fit is
-        # reserved on its own instead, and refused as any other.
+        # A step is charged as soon as it is granted (if the host dies during it,
+        # the turn is still spent): one round trip to the accountant. A lone read
+        # is charged with it; a call that does not fit is reserved on its own
+        # instead, and refused as any other.
         lone = self._lone_read(proposal)
         amounts = {"steps": 1.0} | (_call_amounts(lone) if lone is not None else {})
-        step_grant = await self._reserve(amounts)
-        if isinstance(step_grant, Exhaustion) and lone is not None and step_grant.limit != "steps":
-            lone, amounts = None, {"steps": 1.0}
-            step_grant = await self._reserve(amounts)
-        if isinstance(step_grant, Exhaustion):
-            await self._exhausted(step_grant)
+        charged = await self._reserve(amounts, charge=True)
+        if isinstance(charged, Exhaustion) and lone is not None and charged.limit != "steps":
+            lone = None
+            charged = await self._reserve({"steps": 1.0}, charge=True)
+        if isinstance(charged, Exhaustion):
+            await self._exhausted(charged)
             return
         if isinstance(proposal, ToolCall | Round):
             calls = (proposal,) if isinstance(proposal, ToolCall) else proposal.calls
-            await self._calls(calls, step_grant, amounts, charged=lone is not None)
+            await self._calls(calls, charged=lone is not None)
         elif isinstance(proposal, Message):
-            await self._settle(step_grant, {"steps": 1.0})
             ruling = self.judge.message(proposal)
             record = await self._record("message", ruling, event=_message_event(proposal))
             build = self.task.kind == "build"
@@ -462,7 +463,6 @@ class Controller:
                 return
             await self._report(record, ruling)
         elif isinstance(proposal, Completion):
-            await self._settle(step_grant, {"steps": 1.0})
             message = Message(MessageKind.FINAL_ANSWER, proposal.summary)
             ruling = self.judge.message(message)
             record = await self._record("completion", ruling, event=_message_event(message))
@@ -471,7 +471,6 @@ class Controller:
                 return
             await self._verify()
         else:
-            await self._settle(step_grant, {"steps": 1.0})
             if self.judge.actions == 0 and self.task.kind == "build" and self.task.checks:
                 # Evidence "already obtained" with nothing tried: every permitted path was
                 # skipped. (A live guard: a recorded trajectory is judged by its claims.)
@@ -511,22 +510,10 @@ class Controller:
             return None
         return None if self.registry.spec(proposal.tool).effectful else proposal
 
-    async def _calls(
-        self,
-        calls: Sequence[ToolCall],
-        step_grant: int,
-        amounts: dict[str, float],
-        *,
-        charged: bool = False,
-    ) -> None:
-        """
-        Run a turn's calls. ``amounts`` were reserved by ``step_grant``: the step,
-        and the lone call's too when ``charged``.
-        """
+    async def _calls(self, calls: Sequence[ToolCall], *, charged: bool = False) -> None:
+        """Run a turn's calls; a ``charged`` lone call was charged with its step."""
         items: list[Act | Refused] = []
         results: list[ToolResult] = []
-        # Charged at once: if the host dies during the calls, the turn is still spent.
-        await self._settle(step_grant, amounts)
         round_id = f"r{self.step + 1}" if len(calls) > 1 else None
         for call in calls:
             item = await self._dispatch(call, charged=charged)
@@ -565,16 +552,20 @@ class Controller:
             return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
         amounts = _call_amounts(call)
-        grant = 0 if charged else await self._reserve(amounts)
-        if isinstance(grant, Exhaustion):
-            return Refused(call, f"budget: {grant.describe()}; the call was not sent")
-        before = self.judge.digest
         if spec.effectful:
+            # Charged when its intent is journaled; not if it is refused before.
+            grant = await self._reserve(amounts)
+            if isinstance(grant, Exhaustion):
+                return Refused(call, f"budget: {grant.describe()}; the call was not sent")
+            before = self.judge.digest
             outcome = await self._effect(call, spec, grant, amounts)
         else:
             # A call is charged before it is made: a host that dies during it still paid.
             if not charged:
-                await self._settle(grant, amounts)
+                paid = await self._reserve(amounts, charge=True)
+                if isinstance(paid, Exhaustion):
+                    return Refused(call, f"budget: {paid.describe()}; the call was not sent")
+            before = self.judge.digest
             outcome = await call_tool(self.registry, self.context, call.tool, call.args)
         if isinstance(outcome, Refused):
             return outcome
@@ -647,14 +638,15 @@ class Controller:
                     f"look it up: effect {key} is escalated to an operator",
                 )
             attempt += 1
-            retry = await self._reserve({"retries": 1.0}) if attempt <= MAX_EFFECT_RETRIES else None
+            retry = None
+            if attempt <= MAX_EFFECT_RETRIES:
+                retry = await self._reserve({"retries": 1.0}, charge=True)
             if not isinstance(retry, int):
                 return attrs.evolve(
                     result,
                     output=f"{result.output}\n[proctor] the effect was not applied; "
                     "no retry is left in the budget",
                 )
-            await self._settle(retry, {"retries": 1.0})
             await anyio.sleep(min(30.0, 0.5 * 2 ** (attempt - 1)) * random.random())
             self.effects.plan(key, call.tool, call.args, target)
 
