@@ -37,6 +37,7 @@ import attrs
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup, TaskStatus
 
+from proctor import _channels as channels
 from proctor._errors import BudgetError, ConfigError
 from proctor.budgets._budget import (
     Exhaustion,
@@ -496,7 +497,11 @@ class _Accountant:
     # -- requests ----------------------------------------------------------------------
 
     async def serve(self) -> None:
-        async for request in self.requests:
+        while True:
+            try:
+                request = await channels.receive(self.requests)
+            except anyio.EndOfStream:
+                return
             if isinstance(request, Reserve):
                 await self._reserve(request)
             elif isinstance(request, Settle):
@@ -535,7 +540,7 @@ class _Accountant:
         outcome = target.reserve(request.amounts, request.controller)
         if isinstance(outcome, Exhaustion):
             log.info("budget.refused", limit=outcome.limit, value=outcome.value)
-            await self.replies.send(Denied(request.ref, outcome))
+            await channels.send(self.replies, Denied(request.ref, outcome))
             return
         await self.record(request.amounts, "reserve", _note(request.lease))
         if request.charge:
@@ -543,11 +548,11 @@ class _Accountant:
             remaining = await self._charge(outcome, request.amounts, request.lease)
         else:
             remaining = target.remaining(request.controller)
-        await self.replies.send(Granted(request.ref, outcome, remaining))
+        await channels.send(self.replies, Granted(request.ref, outcome, remaining))
 
     async def _settle(self, request: Settle) -> None:
         remaining = await self._charge(request.reservation, request.actual, request.lease)
-        await self.replies.send(Settled(request.ref, remaining))
+        await channels.send(self.replies, Settled(request.ref, remaining))
 
     async def _charge(
         self, reservation: int | None, actual_spend: Mapping[str, float], lease: int | None

@@ -19,6 +19,7 @@ import cattrs
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
+from proctor import _channels as channels
 from proctor._errors import ConfigError
 from proctor._wire import converter
 from proctor.budgets._usage import Usage
@@ -162,31 +163,47 @@ async def run_actor(
     What a turn used (tokens, retries), when the actor reports it, goes to the
     controller before the proposal, so the accountant settles it. Exceptions
     from the actor are reported to the controller, never raised into the run's
-    task group: the controller decides what a crash means. An actor with an
-    ``aclose`` method is closed when its task ends.
+    task group: the controller decides what a crash means. When the controller
+    has stopped listening (the run is over), the task ends quietly. An actor
+    with an ``aclose`` method is closed when its task ends.
     """
     try:
         async with observations, proposals:
-            async for observation in observations:
-                try:
-                    proposal = await actor.propose(observation)
-                except anyio.get_cancelled_exc_class():
-                    raise
-                except Exception as exc:
-                    log.warning("actor.crashed", error=repr(exc))
-                    await _report_spend(actor, proposals)
-                    await proposals.send(ActorCrashed(f"{type(exc).__name__}: {exc}"))
-                    return
-                await _report_spend(actor, proposals)
-                if proposal is None:
-                    await proposals.send(ActorFinished())
-                    return
-                await proposals.send(proposal)
+            await _answer(actor, observations, proposals)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        log.debug("actor.controller_gone")
     finally:
         close = getattr(actor, "aclose", None)
         if close is not None:
             with anyio.move_on_after(10, shield=True):
                 await close()
+
+
+async def _answer(
+    actor: Actor,
+    observations: ObjectReceiveStream[Observation],
+    proposals: ObjectSendStream[Proposal | ActorFinished | ActorCrashed | ActorSpend],
+) -> None:
+    """Answer observations until the controller closes them or the actor is done."""
+    while True:
+        try:
+            observation = await channels.receive(observations)
+        except anyio.EndOfStream:
+            return
+        try:
+            proposal = await actor.propose(observation)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            log.warning("actor.crashed", error=repr(exc))
+            await _report_spend(actor, proposals)
+            await proposals.send(ActorCrashed(f"{type(exc).__name__}: {exc}"))
+            return
+        await _report_spend(actor, proposals)
+        if proposal is None:
+            await proposals.send(ActorFinished())
+            return
+        await channels.send(proposals, proposal)
 
 
 async def _report_spend(actor: Actor, proposals: ObjectSendStream[Any]) -> None:
@@ -195,4 +212,4 @@ async def _report_spend(actor: Actor, proposals: ObjectSendStream[Any]) -> None:
     usage = take_usage() if take_usage is not None else None
     retries = take_retries() if take_retries is not None else 0
     if usage is not None or retries:
-        await proposals.send(ActorSpend(usage, retries))
+        await channels.send(proposals, ActorSpend(usage, retries))

@@ -35,6 +35,7 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
+from proctor import _channels as channels
 from proctor._errors import BudgetError, EffectError, FencedError, ProctorError, WorkspaceError
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
@@ -201,12 +202,12 @@ class Controller:
     async def _receive(self) -> Inbound:
         if self._stash:
             return self._stash.popleft()
-        return await self.inbox.receive()
+        return await channels.receive(self.inbox)
 
     async def _reply(self, ref: int, kinds: tuple[type, ...]) -> Any:
         """Wait for the reply to request ``ref``; keep anything else for later."""
         while True:
-            message = await self.inbox.receive()
+            message = await channels.receive(self.inbox)
             if isinstance(message, Deadline):
                 self._deadline = message
                 continue
@@ -219,7 +220,7 @@ class Controller:
     ) -> int | Exhaustion:
         """Reserve ``amounts``; with ``charge``, spend them at once if they fit."""
         ref = self._next_ref()
-        await self.to_accountant.send(Reserve(ref, amounts, controller, charge=charge))
+        await channels.send(self.to_accountant, Reserve(ref, amounts, controller, charge=charge))
         reply = await self._reply(ref, (Granted, Denied))
         if isinstance(reply, Denied):
             return reply.exhaustion
@@ -228,7 +229,7 @@ class Controller:
 
     async def _settle(self, reservation: int | None, actual: dict[str, float]) -> None:
         ref = self._next_ref()
-        await self.to_accountant.send(Settle(ref, reservation, actual))
+        await channels.send(self.to_accountant, Settle(ref, reservation, actual))
         reply: Settled = await self._reply(ref, (Settled,))
         self.remaining = reply.remaining
 
@@ -318,7 +319,7 @@ class Controller:
         )
         # If the actor is gone, the controller decides on without it.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self.to_actor.send(observation)
+            await channels.send(self.to_actor, observation)
 
     # -- the loop -----------------------------------------------------------------
 

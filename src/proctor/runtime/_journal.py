@@ -961,12 +961,11 @@ class Journal:
         Close the journal, after the operation in flight if any, writing the
         deferred spend first. Closing twice is fine.
         """
-        db = self._db
+        db, self._db = self._db, None
         if db is None:
             return
         with anyio.move_on_after(_CLOSE_LIMIT, shield=True) as scope:
             async with self._lock:
-                self._db = None
                 if self._deferred:
                     try:
                         await self._write(db, _nothing)
