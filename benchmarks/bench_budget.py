@@ -16,7 +16,8 @@ Three budgets:
   reservation checks the lease and its lender).
 
 For scale, ``echo`` is the same four channel operations against a task that
-answers at once and keeps no books: the floor the event loop sets.
+answers at once, as the accountant does with its channels, and keeps no books:
+the floor the event loop sets.
 
 Run: ``python benchmarks/bench_budget.py``. Prints a table of median and p90
 microseconds per round trip and writes benchmarks/results/budget.json.
@@ -36,6 +37,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from proctor import _channels as channels
 from proctor.budgets._accountant import (
     AccountantReply,
     AccountantRequest,
@@ -112,12 +114,17 @@ async def _echo(
     requests: MemoryObjectReceiveStream[AccountantRequest],
     replies: MemoryObjectSendStream[AccountantReply],
 ) -> None:
+    # The accountant's own way with its channels (proctor._channels).
     async with requests, replies:
-        async for request in requests:
+        while True:
+            try:
+                request = await channels.receive(requests)
+            except anyio.EndOfStream:
+                return
             if isinstance(request, Reserve):
-                await replies.send(Granted(request.ref, 1, {}))
+                await channels.send(replies, Granted(request.ref, 1, {}))
             else:
-                await replies.send(Settled(request.ref, {}))
+                await channels.send(replies, Settled(request.ref, {}))
 
 
 async def _echo_round_trips() -> list[float]:
