@@ -399,28 +399,28 @@ def test_a_work_set_snapshot_that_does_not_add_up_is_rejected() -> None:
         WorkSet.from_snapshot({**data, "hashes": "not base64!"})
 
 
-# -- the journal: the latest note of a kind, on both backends ---------------------------
+# -- the journal: the latest note of a kind (a resume reads the start note so) -----------
 
 
 async def test_latest_note_is_the_newest_of_its_kind(journal: JournalLike) -> None:  # noqa: F811
     await new_run(journal, "run-a")
     await new_run(journal, "run-b")
-    assert await journal.latest_note("run-a", "snapshot") is None
-    await journal.add_note("run-a", "snapshot", {"step": 1})
+    assert await journal.latest_note("run-a", "start") is None
+    await journal.add_note("run-a", "start", {"step": 1})
     await journal.add_note("run-a", "effect", {"key": "k"})
-    await journal.add_note("run-b", "snapshot", {"step": 7})
-    await journal.add_note("run-a", "snapshot", {"step": 2, "é": [1.5, None]})
+    await journal.add_note("run-b", "start", {"step": 7})
+    await journal.add_note("run-a", "start", {"step": 2, "é": [1.5, None]})
     await journal.add_note("run-a", "effect", {"key": "k2"})
-    latest = await journal.latest_note("run-a", "snapshot")
+    latest = await journal.latest_note("run-a", "start")
     assert latest is not None
     # Shaped as notes() shapes it.
-    assert latest == [n for n in await journal.notes("run-a") if n["kind"] == "snapshot"][-1]
+    assert latest == [n for n in await journal.notes("run-a") if n["kind"] == "start"][-1]
     assert latest["body"] == {"step": 2, "é": [1.5, None]}
-    b = await journal.latest_note("run-b", "snapshot")
+    b = await journal.latest_note("run-b", "start")
     assert b is not None
     assert b["body"] == {"step": 7}
     assert await journal.latest_note("run-b", "effect") is None
-    assert await journal.latest_note("no-such-run", "snapshot") is None
+    assert await journal.latest_note("no-such-run", "start") is None
 
 
 # -- a resume from a snapshot inherits what a resume from every step inherits -----------
