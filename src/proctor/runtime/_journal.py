@@ -501,11 +501,11 @@ class _Sql:
         "run_id": "run_id = :run_id",
     }
 
-    # One row per member of the ``amounts`` object, in one statement: one
-    # round trip and one implicit transaction, however many dimensions.
+    # One row per dimension, all of a record's (and of every deferred record)
+    # in the transaction of the operation that writes them.
     add_spend = """
         INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
-        SELECT :task_id, :run_id, key, value, :kind, :note, :now FROM json_each(:amounts)
+        VALUES (?, ?, ?, ?, ?, ?, ?)
     """
     spend_totals = """
         SELECT dimension, sum(amount) FROM spend
@@ -867,8 +867,10 @@ class Journal:
     _db: aiosqlite.Connection | None
     _synchronous: Synchronous
     _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True), init=False)
-    # Spend rows written with the journal's next operation (add_spend's ``defer``).
-    _deferred: list[dict[str, Any]] = attrs.field(factory=list, init=False)
+    # Spend rows (one per dimension) written with the journal's next operation.
+    _deferred: list[tuple[str, str, str, float, str, str, float]] = attrs.field(
+        factory=list, init=False
+    )
     # Steps waiting for the lock, written together by the first to get it.
     _steps: list[_StepWrite] = attrs.field(factory=list, init=False)
 
@@ -1705,21 +1707,11 @@ class Journal:
             raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
         if not amounts:
             return
-        values: dict[str, float] = {}
-        for dimension, amount in amounts.items():
-            value = float(amount)
-            if not math.isfinite(value):
-                raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
-            values[dimension] = value
-        params = {
-            "task_id": task_id,
-            "run_id": run_id,
-            "amounts": _dump(values),
-            "kind": kind,
-            "note": note,
-            "now": time.time(),
-        }
-        self._deferred.append(params)
+        now = time.time()
+        self._deferred.extend(
+            (task_id, run_id, dimension, amount, kind, note, now)
+            for dimension, amount in _finite(amounts).items()
+        )
         if defer:
             return
         async with self._use(f"add spend of run {run_id}"):
@@ -1943,6 +1935,17 @@ _STEP_FIELDS: tuple[str, ...] = (
     "at",
 )
 _STEP_KNOWN = frozenset((*_STEP_FIELDS, "run_id", "event"))
+
+
+def _finite(amounts: Mapping[str, float]) -> dict[str, float]:
+    """Spend amounts as floats; raise ConfigError naming one that is not finite."""
+    values: dict[str, float] = {}
+    for dimension, amount in amounts.items():
+        value = float(amount)
+        if not math.isfinite(value):
+            raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
+        values[dimension] = value
+    return values
 
 
 def _valid(text: str) -> bool:

@@ -39,7 +39,6 @@ chained to the original.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
@@ -81,6 +80,7 @@ from proctor.runtime._journal import (
     _effect_row,
     _fenced_error,
     _field,
+    _finite,
     _load,
     _note_records,
     _run_row,
@@ -1395,16 +1395,6 @@ def _spend_arrays(rows: Sequence[tuple[Any, ...]]) -> tuple[list[Any], ...]:
 def _count(status: str) -> int:
     """The number of rows a command touched, from its status (``UPDATE 1``, ``INSERT 0 1``)."""
     return int(status.rsplit(" ", 1)[-1])
-
-
-def _finite(amounts: Mapping[str, float]) -> dict[str, float]:
-    values: dict[str, float] = {}
-    for dimension, amount in amounts.items():
-        value = float(amount)
-        if not math.isfinite(value):
-            raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
-        values[dimension] = value
-    return values
 
 
 def _prefix_query(prefix: str) -> tuple[str, str] | tuple[str, str, str]:
