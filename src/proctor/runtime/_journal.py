@@ -868,9 +868,7 @@ class Journal:
     _synchronous: Synchronous
     _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True), init=False)
     # Spend rows (one per dimension) written with the journal's next operation.
-    _deferred: list[tuple[str, str, str, float, str, str, float]] = attrs.field(
-        factory=list, init=False
-    )
+    _deferred: list[_SpendRecord] = attrs.field(factory=list, init=False)
     # Steps waiting for the lock, written together by the first to get it.
     _steps: list[_StepWrite] = attrs.field(factory=list, init=False)
 
@@ -1703,15 +1701,10 @@ class Journal:
             ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount
                 is not finite.
         """
-        if kind not in SPEND_KINDS:
-            raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
-        if not amounts:
+        rows = _spend_records(task_id, run_id, amounts, kind, note)
+        if not rows:
             return
-        now = time.time()
-        self._deferred.extend(
-            (task_id, run_id, dimension, amount, kind, note, now)
-            for dimension, amount in _finite(amounts).items()
-        )
+        self._deferred.extend(rows)
         if defer:
             return
         async with self._use(f"add spend of run {run_id}"):
@@ -1937,15 +1930,30 @@ _STEP_FIELDS: tuple[str, ...] = (
 _STEP_KNOWN = frozenset((*_STEP_FIELDS, "run_id", "event"))
 
 
-def _finite(amounts: Mapping[str, float]) -> dict[str, float]:
-    """Spend amounts as floats; raise ConfigError naming one that is not finite."""
-    values: dict[str, float] = {}
+#: A spend row: task, run, dimension, amount, kind, note, time.
+_SpendRecord = tuple[str, str, str, float, str, str, float]
+
+
+def _spend_records(
+    task_id: str, run_id: str, amounts: Mapping[str, float], kind: str, note: str
+) -> list[_SpendRecord]:
+    """
+    The rows of one spend record, one per dimension, as both backends write them.
+
+    Raises:
+        ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount is
+            not a finite number.
+    """
+    if kind not in SPEND_KINDS:
+        raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
+    now = time.time()
+    rows: list[_SpendRecord] = []
     for dimension, amount in amounts.items():
         value = float(amount)
         if not math.isfinite(value):
             raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
-        values[dimension] = value
-    return values
+        rows.append((task_id, run_id, dimension, value, kind, note, now))
+    return rows
 
 
 def _valid(text: str) -> bool:

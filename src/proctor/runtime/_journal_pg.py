@@ -67,7 +67,6 @@ from proctor.runtime._journal import (
     _STEP_COLUMNS,
     _SYNCHRONOUS,
     SCHEMA_VERSION,
-    SPEND_KINDS,
     Claimed,
     EffectRow,
     ProcessRow,
@@ -80,11 +79,12 @@ from proctor.runtime._journal import (
     _effect_row,
     _fenced_error,
     _field,
-    _finite,
     _load,
     _note_records,
     _run_row,
     _settle_fence,
+    _spend_records,
+    _SpendRecord,
     _step_params,
     _step_record,
     _task_record,
@@ -590,7 +590,7 @@ class PgJournal:
     _pool: _Pool | None
     _durable_set: bool = False
     # Spend rows written with the journal's next operation, one per dimension.
-    _deferred: list[tuple[Any, ...]] = attrs.field(factory=list, init=False)
+    _deferred: list[_SpendRecord] = attrs.field(factory=list, init=False)
 
     @classmethod
     async def open(
@@ -1274,15 +1274,10 @@ class PgJournal:
         Raises:
             ConfigError: ``kind`` is not a spend kind, or an amount is not finite.
         """
-        if kind not in SPEND_KINDS:
-            raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
-        if not amounts:
+        rows = _spend_records(task_id, run_id, amounts, kind, note)
+        if not rows:
             return
-        now = time.time()
-        self._deferred.extend(
-            (task_id, run_id, dimension, amount, kind, note, now)
-            for dimension, amount in _finite(amounts).items()
-        )
+        self._deferred.extend(rows)
         if defer:
             return
         async with self._use(f"add spend of run {run_id}"):
