@@ -1844,6 +1844,14 @@ def _write_steps(batch: Sequence[_StepWrite], conn: sqlite3.Connection) -> None:
             step.fence = None if row is None else (str(row[0]), int(row[1]))
 
 
+if not callable(getattr(aiosqlite.Connection, "_execute", None)):  # pragma: no cover
+    raise ImportError(
+        f"proctor's journal runs a transaction in aiosqlite's thread through "
+        f"aiosqlite.Connection._execute, which aiosqlite {aiosqlite.__version__} lacks: "
+        "install an aiosqlite from 0.20 to 0.22 (pip install 'aiosqlite>=0.20,<0.23')"
+    )
+
+
 async def _in_thread(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
     """
     Call ``fn`` with the connection, in the connection's own thread.
