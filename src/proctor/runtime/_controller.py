@@ -544,13 +544,15 @@ class Controller:
     async def _dispatch(self, call: ToolCall, *, charged: bool = False) -> Act | Refused:
         """
         Run one call, or refuse it. The completion fence is checked here, first.
-        A ``charged`` call (a lone read) was reserved and settled with its step.
+        A ``charged`` call (a lone read) was admitted and charged with its step,
+        just before, with nothing decided in between.
         """
-        if self.judge.terminal:
-            return Refused(call, f"fence: the run has ended ({self.judge.disposition})")
-        refusal = self.judge.admit(call)
-        if refusal is not None:
-            return Refused(call, refusal)
+        if not charged:
+            if self.judge.terminal:
+                return Refused(call, f"fence: the run has ended ({self.judge.disposition})")
+            refusal = self.judge.admit(call)
+            if refusal is not None:
+                return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
         amounts = _call_amounts(call)
         if spec.effectful:

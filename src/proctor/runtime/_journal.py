@@ -66,6 +66,7 @@ from proctor._errors import (
     EffectError,
     FencedError,
     JournalError,
+    ProctorError,
     RunNotFoundError,
     SchemaError,
 )
@@ -1077,19 +1078,6 @@ class Journal:
                 await db.rollback()
             raise
 
-    @contextlib.asynccontextmanager
-    async def _durable(self, db: aiosqlite.Connection) -> AsyncIterator[None]:
-        """Commit the body's writes with ``synchronous=FULL``."""
-        if self._synchronous in ("FULL", "EXTRA"):
-            yield
-            return
-        try:
-            await db.execute(_Sql.synchronous("FULL"))
-            yield
-        finally:
-            with anyio.CancelScope(shield=True):
-                await db.execute(_Sql.synchronous(self._synchronous))
-
     async def _diagnose_run(
         self, db: aiosqlite.Connection, run_id: str, what: str
     ) -> tuple[str, int]:
@@ -1099,6 +1087,14 @@ class Journal:
             raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
         status, current = rows[0]
         return str(status), int(current)
+
+    def _refused(
+        self, run_id: str, epoch: int, fence: Sequence[Any] | None, what: str
+    ) -> ProctorError:
+        """Why a fenced write wrote nothing, from the run's (status, epoch) row or its absence."""
+        if fence is None:
+            return RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
+        return self._fenced(run_id, epoch, str(fence[0]), int(fence[1]), what)
 
     def _fenced(self, run_id: str, epoch: int, status: str, current: int, what: str) -> FencedError:
         return _fenced_error(self._path, run_id, epoch, status, current, what)
@@ -1226,14 +1222,22 @@ class Journal:
             "now": time.time(),
         }
         what = "end"
-        async with self._use(f"end run {run_id}") as db:
-            async with self._durable(db):
-                _crash_point("end_run:before")
-                cursor = await db.execute(_Sql.end_run, params)
-                _crash_point("end_run:after")
-            if cursor.rowcount != 1:
-                status, current = await self._diagnose_run(db, run_id, what)
-                raise self._fenced(run_id, epoch, status, current, what)
+
+        def write(conn: sqlite3.Connection) -> tuple[bool, Any]:
+            """End it; or, when nothing was written, return the run's status and epoch."""
+            _crash_point("end_run:before")
+            if conn.execute(_Sql.end_run, params).rowcount == 1:
+                return True, None
+            return False, conn.execute(_Sql.run_fence, (run_id,)).fetchone()
+
+        async with self._lock:
+            db = self._connected(f"end run {run_id}")
+            with self._errors(f"end run {run_id}"):
+                ended, fence = await self._write(db, write, durable=True)
+        if ended:
+            _crash_point("end_run:after")
+            return
+        raise self._refused(run_id, epoch, fence, what)
 
     async def get_run(self, run_id: str) -> RunRow:
         """
@@ -1325,17 +1329,26 @@ class Journal:
         """
         _check_worker(worker)
         _check_lease(lease_seconds)
-        async with self._use("claim a run") as db, self._durable(db), self._transaction(db):
+
+        def claim(conn: sqlite3.Connection) -> Claimed | None:
             _crash_point("claim_run:before")
-            picked = list(await db.execute_fetchall(_Sql.claim_pick))
-            if not picked:
+            picked = conn.execute(_Sql.claim_pick).fetchone()
+            if picked is None:
                 return None
-            run_id, previous = picked[0]
+            run_id, previous = picked
             params = {"run_id": run_id, "worker": worker, "lease_seconds": float(lease_seconds)}
-            taken = list(await db.execute_fetchall(_Sql.claim_take, params))
+            # Every row of an UPDATE ... RETURNING is read before the commit.
+            ((task_id, epoch),) = conn.execute(_Sql.claim_take, params).fetchall()
+            return Claimed(run_id, task_id, int(epoch), int(previous))
+
+        async with self._lock:
+            db = self._connected("claim a run")
+            with self._errors("claim a run"):
+                claimed = await self._write(db, claim, durable=True)
+        if claimed is None:
+            return None
         _crash_point("claim_run:after")
-        task_id, epoch = taken[0]
-        claimed = Claimed(run_id, task_id, int(epoch), int(previous))
+        run_id = claimed.run_id
         log.info("journal.claimed", run_id=run_id, worker=worker, epoch=claimed.epoch)
         return claimed
 
@@ -1436,10 +1449,7 @@ class Journal:
             return mine.newest
         if mine.duplicate is not None:
             raise self._duplicate_step(run_id, what, mine.duplicate) from mine.duplicate
-        if mine.fence is None:
-            raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
-        status, current = mine.fence
-        raise self._fenced(run_id, epoch, status, current, what)
+        raise self._refused(run_id, epoch, mine.fence, what)
 
     async def append_steps(
         self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
@@ -1816,6 +1826,7 @@ class _StepWrite:
     written: bool | None = None
     newest: int = 0
     duplicate: sqlite3.IntegrityError | None = None
+    # The run's (status, epoch) when the write was fenced; None: no such run.
     fence: tuple[str, int] | None = None
 
     def reset(self) -> None:
@@ -1840,8 +1851,7 @@ def _write_steps(batch: Sequence[_StepWrite], conn: sqlite3.Connection) -> None:
         if step.written:
             step.newest = int(conn.execute(_Sql.newest_note, (run_id,)).fetchone()[0] or 0)
         elif step.duplicate is None:
-            row = conn.execute(_Sql.run_fence, (run_id,)).fetchone()
-            step.fence = None if row is None else (str(row[0]), int(row[1]))
+            step.fence = conn.execute(_Sql.run_fence, (run_id,)).fetchone()
 
 
 if not callable(getattr(aiosqlite.Connection, "_execute", None)):  # pragma: no cover
