@@ -45,7 +45,7 @@ from proctor.runtime import (
     ToolSpec,
     ToolStatus,
 )
-from proctor.runtime._controller import start_run
+from proctor.runtime._control.run import start_run
 from proctor.runtime._journal import Journal, JournalLike
 
 __all__ = (

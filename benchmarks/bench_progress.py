@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from proctor.runtime._judge import Act, Judge, TaskFacts
-from proctor.runtime._normalize import digest, fingerprint
-from proctor.runtime._policy import Policy
+from proctor.runtime._progress.judge import Act, Judge, TaskFacts
+from proctor.runtime._progress.normalize import digest, fingerprint
+from proctor.runtime._progress.policy import Policy
 from proctor.runtime._records import ToolCall, ToolResult, ToolStatus
 
 __all__ = ("main",)

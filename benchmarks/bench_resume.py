@@ -48,9 +48,9 @@ from benchmarks.bench_loop import counting_actor, noop_registry, noop_task
 from proctor import FunctionActor, Observation, Proposal, ToolCall, resume, run
 from proctor._wire import to_jsonable
 from proctor.runtime import Journal, TraceRecord
-from proctor.runtime._effects import args_hash, idempotency_key
-from proctor.runtime._history import SNAPSHOT_EVERY, save_snapshot, snapshot_due
-from proctor.runtime._judge import Act, Judge, normalized_action
+from proctor.runtime._control.history import SNAPSHOT_EVERY, save_snapshot, snapshot_due
+from proctor.runtime._effects.ledger import args_hash, idempotency_key
+from proctor.runtime._progress.judge import Act, Judge, normalized_action
 from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.verifiers._candidate import TreeHasher
 

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from proctor.runtime._workset import WorkSet, naive_fingerprint
+from proctor.runtime._progress.workset import WorkSet, naive_fingerprint
 
 __all__ = ("main",)
 

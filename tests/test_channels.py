@@ -5,7 +5,7 @@ import anyio.lowlevel
 import pytest
 
 from proctor import _channels as channels
-from proctor.runtime._actor import ActorFinished, run_actor
+from proctor.runtime._actors.base import ActorFinished, run_actor
 from proctor.runtime._records import Observation, ObservationKind, Proposal, ToolCall
 
 

@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.table import Table
 
 from proctor._errors import ConfigError, ProctorError, RunNotFoundError
-from proctor.runtime._controller import run as run_task
+from proctor.runtime._control.run import run as run_task
 from proctor.runtime._journal import open_journal
+from proctor.runtime._progress.trajectory import diff_replays, read_trajectory, replay
 from proctor.runtime._records import Decision, Disposition, TraceRecord
 from proctor.runtime._task import ActorSpec, load_task
-from proctor.runtime._trajectory import diff_replays, read_trajectory, replay
 
 __all__ = ("EXIT_CODES", "main")
 
@@ -214,7 +214,7 @@ def run_command(task_file: Path, journal: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def resume_command(run_id: str, journal: str, script: Path | None, as_json: bool) -> None:
     """Start a new run of RUN's task that inherits its history, spend and open effects."""
-    from proctor.runtime._resume import resume
+    from proctor.runtime._hosting.resume import resume
 
     async def journaled_actor() -> ActorSpec:
         async with open_journal(journal) as j:
@@ -533,7 +533,7 @@ def gateway_command(
 ) -> None:
     """Serve the task in TASK_FILE over MCP: the MCP client is the run's actor."""
     # Imported here: the MCP stack takes a second to import, and only this command needs it.
-    from proctor.runtime._gateway import load_gateway_task, serve_gateway
+    from proctor.runtime._hosting.gateway import load_gateway_task, serve_gateway
 
     try:
         task = load_gateway_task(task_file)
@@ -564,7 +564,7 @@ def gateway_command(
 @_JOURNAL
 def submit_command(task_file: Path, journal: str) -> None:
     """Queue the task in TASK_FILE for a worker (`proctor worker`)."""
-    from proctor.runtime._worker import submit
+    from proctor.runtime._hosting.worker import submit
 
     try:
         loaded = load_task(task_file)
@@ -590,7 +590,7 @@ def worker_command(
     journal: str, worker: str | None, lease: float, once: bool, max_runs: int | None
 ) -> None:
     """Claim queued runs from the journal and run them, one at a time."""
-    from proctor.runtime._worker import work
+    from proctor.runtime._hosting.worker import work
 
     _find_python_first()
     console = Console(highlight=False)

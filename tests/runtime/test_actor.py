@@ -11,8 +11,8 @@ import pytest
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from proctor._errors import ConfigError
-from proctor.runtime import _actor
-from proctor.runtime._actor import (
+from proctor.runtime._actors import base as _actor
+from proctor.runtime._actors.base import (
     Actor,
     ActorCrashed,
     ActorFinished,

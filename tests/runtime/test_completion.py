@@ -30,7 +30,7 @@ from proctor import (
     run,
 )
 from proctor.runtime import Judge, TaskFacts, open_journal
-from proctor.runtime._judge import Verdict
+from proctor.runtime._progress.judge import Verdict
 from proctor.verifiers import Evidence
 
 PY = sys.executable

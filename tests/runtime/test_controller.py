@@ -25,7 +25,7 @@ from proctor import (
     run,
 )
 from proctor.runtime import ObservationKind, open_journal
-from proctor.runtime._process import group_alive
+from proctor.runtime._tools.process import group_alive
 
 PY = sys.executable
 

@@ -42,9 +42,9 @@ from tests.support import crash_scenario as scenario
 from tests.support.service import Service, service_fixture  # noqa: F401 - the fixture
 
 from proctor.runtime import open_journal
-from proctor.runtime._effects import args_hash
+from proctor.runtime._effects.ledger import args_hash
 from proctor.runtime._journal import EffectRow, ProcessRow, RunRow
-from proctor.runtime._process import group_alive
+from proctor.runtime._tools.process import group_alive
 
 PY = sys.executable
 SCRIPT = Path(scenario.__file__)

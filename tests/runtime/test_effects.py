@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from proctor._errors import ConfigError, EffectError, WorkspaceError
-from proctor.runtime._effects import (
+from proctor.runtime._effects.ledger import (
     ABSENT,
     TRANSITIONS,
     CommandProbe,
@@ -36,11 +36,11 @@ from proctor.runtime._effects import (
     verdict_state,
 )
 from proctor.runtime._journal import EFFECT_STATES
-from proctor.runtime._normalize import digest
+from proctor.runtime._progress.normalize import digest
 from proctor.runtime._records import ToolStatus
-from proctor.runtime._tools import ToolContext, ToolRegistry, call_tool
-from proctor.runtime._toolspec import BUILTIN_SPECS, Effect, ToolSpec
-from proctor.runtime._workspace import Workspace
+from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool
+from proctor.runtime._tools.spec import BUILTIN_SPECS, Effect, ToolSpec
+from proctor.runtime._tools.workspace import Workspace
 
 S = EffectState
 

@@ -8,7 +8,7 @@ from tests.support.service import Service, service_fixture  # noqa: F401 - the f
 
 from proctor import Disposition, Policy, ScriptedActor, Task, ToolCall, run
 from proctor.runtime import ToolRegistry, open_journal
-from proctor.runtime._http import http_tools
+from proctor.runtime._effects.http import http_tools
 
 
 def _registry(time_limit: float = 1.0) -> ToolRegistry:

@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from proctor import Budget, CommandCheck, Disposition, Task, ToolCall
 from proctor._errors import ConfigError
 from proctor.runtime import ObservationKind, RunResult, ToolStatus, open_journal, run
-from proctor.runtime._gateway import (
+from proctor.runtime._hosting.gateway import (
     GATEWAY_TOOLS,
     START_URI,
     GatewayActor,
@@ -196,7 +196,7 @@ import functools, sys
 import anyio, structlog
 structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 from proctor import CommandCheck, Task
-from proctor.runtime._gateway import serve_gateway
+from proctor.runtime._hosting.gateway import serve_gateway
 workspace, journal, transport = sys.argv[1:4]
 task = Task(
     goal="Make the test suite pass without changing tests/",

@@ -10,7 +10,16 @@ import pytest
 from tests.support.service import Service, service_fixture  # noqa: F401 - the fixture
 
 from proctor._errors import ConfigError, EffectError
-from proctor.runtime._effects import (
+from proctor.runtime._effects.http import (
+    HTTP_GET_SPEC,
+    HTTP_REQUEST_SPEC,
+    HttpReconciler,
+    HttpRequest,
+    http_reconcilers,
+    http_tools,
+    lookup_url,
+)
+from proctor.runtime._effects.ledger import (
     EffectLedger,
     EffectRecord,
     EffectState,
@@ -23,19 +32,10 @@ from proctor.runtime._effects import (
     target_of,
     verdict_state,
 )
-from proctor.runtime._http import (
-    HTTP_GET_SPEC,
-    HTTP_REQUEST_SPEC,
-    HttpReconciler,
-    HttpRequest,
-    http_reconcilers,
-    http_tools,
-    lookup_url,
-)
 from proctor.runtime._records import ToolResult, ToolStatus
-from proctor.runtime._tools import ToolContext, ToolRegistry, call_tool
-from proctor.runtime._toolspec import Effect
-from proctor.runtime._workspace import Workspace
+from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool
+from proctor.runtime._tools.spec import Effect
+from proctor.runtime._tools.workspace import Workspace
 
 S = EffectState
 

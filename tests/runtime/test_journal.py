@@ -32,8 +32,6 @@ from proctor._errors import (
     SchemaError,
 )
 from proctor._wire import to_jsonable
-from proctor.runtime import _journal as sqlite_journal
-from proctor.runtime import _journal_pg as pg_journal
 from proctor.runtime._journal import (
     EFFECT_STATES,
     SCHEMA_VERSION,
@@ -45,7 +43,9 @@ from proctor.runtime._journal import (
     is_postgres_url,
     open_journal,
 )
-from proctor.runtime._journal_pg import PgJournal
+from proctor.runtime._journal import postgres as pg_journal
+from proctor.runtime._journal import schema as journal_schema
+from proctor.runtime._journal.postgres import PgJournal
 from proctor.runtime._records import (
     Decision,
     Disposition,
@@ -223,7 +223,7 @@ async def test_sqlite_migrations_are_idempotent(db_path: Path) -> None:
 
 async def test_sqlite_journal_of_version_1_gains_the_lease_columns(db_path: Path) -> None:
     with sqlite3.connect(db_path) as conn:
-        conn.executescript(sqlite_journal._MIGRATIONS[0].script)
+        conn.executescript(journal_schema.SQLITE_MIGRATIONS[0].script)
         conn.execute("PRAGMA user_version = 1")
         conn.execute("INSERT INTO tasks VALUES ('t', 'goal', '{}', 'c1', 0)")
         conn.execute(
@@ -318,7 +318,7 @@ async def test_postgresql_journal_of_version_1_gains_the_lease_columns(pg_target
         pg_target,
         pg_journal._Sql.schema_table
         + ";"
-        + pg_journal._MIGRATIONS[0]
+        + journal_schema.PG_MIGRATIONS[0]
         + """
         INSERT INTO proctor_schema (version) VALUES (1);
         INSERT INTO tasks VALUES ('t', 'goal', '{}', 'c1', 0);
@@ -1307,7 +1307,7 @@ async def test_a_postgresql_url_without_asyncpg_says_what_to_install(
 ) -> None:
     # As if asyncpg were not installed: importing it fails.
     monkeypatch.setitem(sys.modules, "asyncpg", None)
-    monkeypatch.delitem(sys.modules, "proctor.runtime._journal_pg")
+    monkeypatch.delitem(sys.modules, "proctor.runtime._journal.postgres")
     with pytest.raises(ConfigError, match=r"pip install 'proctor\[postgresql\]'"):
         async with open_journal("postgresql://u@127.0.0.1:1/db"):
             pass

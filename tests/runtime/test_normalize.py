@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proctor.runtime import _normalize
-from proctor.runtime._normalize import (
+from proctor.runtime._progress import normalize as _normalize
+from proctor.runtime._progress.normalize import (
     canonical_json,
     collapse_whitespace,
     digest,

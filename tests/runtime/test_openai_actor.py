@@ -38,9 +38,9 @@ from proctor.runtime import (
     ToolStatus,
     open_journal,
 )
-from proctor.runtime._openai import SPECIAL_TOOLS, OpenAIActor, tool_result_text
-from proctor.runtime._tools import ToolRegistry
-from proctor.runtime._toolspec import ToolSpec
+from proctor.runtime._actors.openai import SPECIAL_TOOLS, OpenAIActor, tool_result_text
+from proctor.runtime._tools.registry import ToolRegistry
+from proctor.runtime._tools.spec import ToolSpec
 
 PY = sys.executable
 KEY = "PROCTOR_TEST_API_KEY"

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proctor._errors import ConfigError
-from proctor.runtime import _policy
-from proctor.runtime._policy import POLICY_CODE_VERSION, Policy
+from proctor.runtime._progress import policy as _policy
+from proctor.runtime._progress.policy import POLICY_CODE_VERSION, Policy
 
 _INTS = ("stall_threshold", "identical_response_threshold", "poll_limit", "rescue_limit")
 

@@ -8,8 +8,8 @@ import anyio
 import pytest
 
 from proctor._errors import ConfigError
-from proctor.runtime._process import GroupInfo, ProcessGroups, group_alive, run_command
 from proctor.runtime._records import ToolResult, ToolStatus
+from proctor.runtime._tools.process import GroupInfo, ProcessGroups, group_alive, run_command
 
 
 def running(pid: int) -> bool:

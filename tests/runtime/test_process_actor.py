@@ -12,12 +12,12 @@ from proctor._errors import ActorError, ConfigError
 from proctor.budgets import Price, PriceTable
 from proctor.budgets._usage import Usage
 from proctor.runtime import Observation, ObservationKind, ToolResult, ToolStatus, open_journal
-from proctor.runtime._process import group_alive
-from proctor.runtime._process_actor import (
+from proctor.runtime._actors.process import (
     ProcessActor,
     observation_message,
     parse_agent_line,
 )
+from proctor.runtime._tools.process import group_alive
 
 PY = sys.executable
 AGENTS = Path(__file__).resolve().parent.parent / "support" / "agents"

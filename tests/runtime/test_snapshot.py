@@ -35,9 +35,9 @@ from proctor import (
     run,
 )
 from proctor.runtime import JournalLike, open_journal, resume
-from proctor.runtime import _history as history_module
-from proctor.runtime._history import load_history, save_snapshot, snapshot_due
-from proctor.runtime._judge import (
+from proctor.runtime._control import history as history_module
+from proctor.runtime._control.history import load_history, save_snapshot, snapshot_due
+from proctor.runtime._progress.judge import (
     SNAPSHOT_FORMAT,
     Act,
     Judge,
@@ -47,6 +47,7 @@ from proctor.runtime._judge import (
     TaskFacts,
     Verdict,
 )
+from proctor.runtime._progress.workset import WorkSet
 from proctor.runtime._records import (
     Claim,
     Message,
@@ -55,7 +56,6 @@ from proctor.runtime._records import (
     ToolResult,
     ToolStatus,
 )
-from proctor.runtime._workset import WorkSet
 
 # -- one judge, fed a sequence of events ------------------------------------------------
 

@@ -13,7 +13,7 @@ from proctor._errors import ConfigError
 from proctor.budgets._budget import DIMENSIONS, Budget
 from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime import _task
-from proctor.runtime._policy import Policy
+from proctor.runtime._progress.policy import Policy
 from proctor.runtime._task import (
     ActorSpec,
     Task,

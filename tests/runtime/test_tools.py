@@ -9,12 +9,12 @@ import anyio
 import pytest
 
 from proctor._errors import ConfigError
-from proctor.runtime import _tools as tools_module
-from proctor.runtime._process import ProcessGroups, group_alive
 from proctor.runtime._records import ToolResult, ToolStatus
-from proctor.runtime._tools import Tool, ToolContext, ToolRegistry, call_tool
-from proctor.runtime._toolspec import BUILTIN_SPECS, Effect, ToolSpec
-from proctor.runtime._workspace import Workspace
+from proctor.runtime._tools import registry as tools_module
+from proctor.runtime._tools.process import ProcessGroups, group_alive
+from proctor.runtime._tools.registry import Tool, ToolContext, ToolRegistry, call_tool
+from proctor.runtime._tools.spec import BUILTIN_SPECS, Effect, ToolSpec
+from proctor.runtime._tools.workspace import Workspace
 
 BUILTIN = ("read_file", "write_file", "edit_file", "delete_file", "list_files", "run_command")
 

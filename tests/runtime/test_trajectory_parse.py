@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from proctor._errors import ConfigError, TrajectoryError
-from proctor.runtime._trajectory import parse_trajectory, read_trajectory
+from proctor.runtime._progress.trajectory import parse_trajectory, read_trajectory
 
 TRAJECTORIES = Path(__file__).resolve().parents[1] / "trajectories"
 

@@ -12,8 +12,8 @@ import pytest
 
 from proctor import CommandCheck, Disposition, FencedError, Observation, Proposal, Task
 from proctor.runtime import FunctionActor, ToolCall, open_journal
-from proctor.runtime._controller import start_run
-from proctor.runtime._worker import submit, work
+from proctor.runtime._control.run import start_run
+from proctor.runtime._hosting.worker import submit, work
 
 PY = sys.executable
 

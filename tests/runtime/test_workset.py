@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proctor.runtime import _workset
-from proctor.runtime._workset import WorkSet, naive_fingerprint
+from proctor.runtime._progress import workset as _workset
+from proctor.runtime._progress.workset import WorkSet, naive_fingerprint
 
 Item = tuple[str, ...]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from proctor._errors import ConfigError, WorkspaceError
-from proctor.runtime._workspace import Workspace
+from proctor.runtime._tools.workspace import Workspace
 
 
 @pytest.fixture

@@ -55,10 +55,10 @@ from proctor import (
 )
 from proctor import ToolCall as ToolCall
 from proctor.runtime import open_journal, resume, run
-from proctor.runtime._effects import args_hash
-from proctor.runtime._http import http_tools
+from proctor.runtime._effects.http import http_tools
+from proctor.runtime._effects.ledger import args_hash
 from proctor.runtime._journal import EffectRow
-from proctor.runtime._tools import ToolRegistry
+from proctor.runtime._tools.registry import ToolRegistry
 
 __all__ = (
     "DONE_STATES",
@@ -239,17 +239,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _trace_boundaries(path: Path) -> None:
     """Record the label of every journal boundary this process passes, in order, in ``path``."""
-    from proctor.runtime import _journal
-
-    crash_point = _journal._crash_point
+    from proctor.runtime._journal import crash
 
     def traced(label: str) -> None:
         with path.open("a", encoding="utf-8") as out:
             out.write(label + "\n")
-        crash_point(label)
 
-    # The journal looks the hook up by name at every boundary.
-    _journal._crash_point = traced
+    crash.tracer = traced
 
 
 if __name__ == "__main__":

@@ -2,26 +2,33 @@
 
 from typing import TYPE_CHECKING, Any
 
-from proctor.runtime._actor import Actor as Actor
-from proctor.runtime._actor import FunctionActor as FunctionActor
-from proctor.runtime._actor import ScriptedActor as ScriptedActor
-from proctor.runtime._actor import load_script as load_script
-from proctor.runtime._controller import run as run
+from proctor.runtime._actors.base import Actor as Actor
+from proctor.runtime._actors.base import FunctionActor as FunctionActor
+from proctor.runtime._actors.base import ScriptedActor as ScriptedActor
+from proctor.runtime._actors.base import load_script as load_script
+from proctor.runtime._actors.openai import OpenAIActor as OpenAIActor
+from proctor.runtime._actors.process import ProcessActor as ProcessActor
+from proctor.runtime._control.run import run as run
+from proctor.runtime._hosting.resume import resume as resume
+from proctor.runtime._hosting.worker import WorkerStats as WorkerStats
+from proctor.runtime._hosting.worker import submit as submit
+from proctor.runtime._hosting.worker import work as work
 from proctor.runtime._journal import Claimed as Claimed
 from proctor.runtime._journal import Journal as Journal
 from proctor.runtime._journal import JournalLike as JournalLike
 from proctor.runtime._journal import open_journal as open_journal
-from proctor.runtime._judge import Judge as Judge
-from proctor.runtime._judge import TaskFacts as TaskFacts
-from proctor.runtime._openai import OpenAIActor as OpenAIActor
 from proctor.runtime._operator import Amendment as Amendment
 from proctor.runtime._operator import amend as amend
 from proctor.runtime._operator import retune as retune
 from proctor.runtime._outcome import Candidate as Candidate
 from proctor.runtime._outcome import Handoff as Handoff
 from proctor.runtime._outcome import RunResult as RunResult
-from proctor.runtime._policy import Policy as Policy
-from proctor.runtime._process_actor import ProcessActor as ProcessActor
+from proctor.runtime._progress.judge import Judge as Judge
+from proctor.runtime._progress.judge import TaskFacts as TaskFacts
+from proctor.runtime._progress.policy import Policy as Policy
+from proctor.runtime._progress.trajectory import parse_trajectory as parse_trajectory
+from proctor.runtime._progress.trajectory import read_trajectory as read_trajectory
+from proctor.runtime._progress.trajectory import replay as replay
 from proctor.runtime._records import Claim as Claim
 from proctor.runtime._records import Completion as Completion
 from proctor.runtime._records import Decision as Decision
@@ -37,31 +44,24 @@ from proctor.runtime._records import ToolCall as ToolCall
 from proctor.runtime._records import ToolResult as ToolResult
 from proctor.runtime._records import ToolStatus as ToolStatus
 from proctor.runtime._records import TraceRecord as TraceRecord
-from proctor.runtime._resume import resume as resume
 from proctor.runtime._task import Task as Task
 from proctor.runtime._task import load_task as load_task
-from proctor.runtime._tools import Tool as Tool
-from proctor.runtime._tools import ToolContext as ToolContext
-from proctor.runtime._tools import ToolRegistry as ToolRegistry
-from proctor.runtime._toolspec import Effect as Effect
-from proctor.runtime._toolspec import ToolSpec as ToolSpec
-from proctor.runtime._trajectory import parse_trajectory as parse_trajectory
-from proctor.runtime._trajectory import read_trajectory as read_trajectory
-from proctor.runtime._trajectory import replay as replay
-from proctor.runtime._worker import WorkerStats as WorkerStats
-from proctor.runtime._worker import submit as submit
-from proctor.runtime._worker import work as work
+from proctor.runtime._tools.registry import Tool as Tool
+from proctor.runtime._tools.registry import ToolContext as ToolContext
+from proctor.runtime._tools.registry import ToolRegistry as ToolRegistry
+from proctor.runtime._tools.spec import Effect as Effect
+from proctor.runtime._tools.spec import ToolSpec as ToolSpec
 
 if TYPE_CHECKING:
-    from proctor.runtime._gateway import GatewayActor as GatewayActor
-    from proctor.runtime._gateway import load_gateway_task as load_gateway_task
-    from proctor.runtime._gateway import serve_gateway as serve_gateway
+    from proctor.runtime._hosting.gateway import GatewayActor as GatewayActor
+    from proctor.runtime._hosting.gateway import load_gateway_task as load_gateway_task
+    from proctor.runtime._hosting.gateway import serve_gateway as serve_gateway
 
 # The MCP stack takes a second to import: only the gateway's users pay for it.
 _LAZY = {
-    "GatewayActor": "proctor.runtime._gateway",
-    "load_gateway_task": "proctor.runtime._gateway",
-    "serve_gateway": "proctor.runtime._gateway",
+    "GatewayActor": "proctor.runtime._hosting.gateway",
+    "load_gateway_task": "proctor.runtime._hosting.gateway",
+    "serve_gateway": "proctor.runtime._hosting.gateway",
 }
 
 

@@ -19,9 +19,9 @@ import attrs
 from proctor._errors import ConfigError
 from proctor.budgets._budget import Budget
 from proctor.budgets._prices import Price, PriceTable
-from proctor.runtime._judge import TaskFacts
-from proctor.runtime._normalize import normalize_path
-from proctor.runtime._policy import Policy
+from proctor.runtime._progress.judge import TaskFacts
+from proctor.runtime._progress.normalize import normalize_path
+from proctor.runtime._progress.policy import Policy
 from proctor.verifiers._candidate import DEFAULT_IGNORE
 from proctor.verifiers._checks import CommandCheck, contract_version
 from proctor.verifiers._more_checks import Check, FileCheck, JudgeCheck, ScopeCheck
@@ -280,18 +280,18 @@ class ActorSpec:
             ConfigError: the options do not make an actor.
         """
         if self.kind == "scripted":
-            from proctor.runtime._actor import ScriptedActor
+            from proctor.runtime._actors.base import ScriptedActor
 
             if self.script is None:
                 raise ConfigError("a scripted actor needs a script")
             return ScriptedActor.from_file(self.script)
         if self.kind == "openai":
-            from proctor.runtime._openai import OpenAIActor
-            from proctor.runtime._tools import ToolRegistry
+            from proctor.runtime._actors.openai import OpenAIActor
+            from proctor.runtime._tools.registry import ToolRegistry
 
             return OpenAIActor.from_options(self.options, ToolRegistry.builtin().specs(), "actor")
         if self.kind == "process":
-            from proctor.runtime._process_actor import ProcessActor
+            from proctor.runtime._actors.process import ProcessActor
 
             return ProcessActor.from_options(self.options, "actor")
         raise ConfigError(f"unknown actor kind {self.kind!r}; accepted: {', '.join(ACTOR_KINDS)}")
@@ -428,12 +428,12 @@ def _actor_spec(where: _Where, table: Mapping[str, Any], base: Path) -> ActorSpe
         return ActorSpec(kind, script_path, options)
     try:
         if kind == "openai":
-            from proctor.runtime._openai import OpenAIActor
-            from proctor.runtime._tools import ToolRegistry
+            from proctor.runtime._actors.openai import OpenAIActor
+            from proctor.runtime._tools.registry import ToolRegistry
 
             OpenAIActor.from_options(options, ToolRegistry.builtin().specs(), where="actor")
         elif kind == "process":
-            from proctor.runtime._process_actor import ProcessActor
+            from proctor.runtime._actors.process import ProcessActor
 
             process = ProcessActor.from_options(options, where="actor", base=base)
             options["cwd"] = str(process.cwd) if process.cwd is not None else str(base)

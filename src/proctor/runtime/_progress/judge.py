@@ -34,7 +34,7 @@ import cattrs
 
 from proctor._errors import SnapshotRefused
 from proctor._wire import converter, to_jsonable
-from proctor.runtime._normalize import (
+from proctor.runtime._progress.normalize import (
     canonical_json,
     digest,
     failure_signature,
@@ -43,7 +43,8 @@ from proctor.runtime._normalize import (
     normalize_path,
     response_fingerprint,
 )
-from proctor.runtime._policy import Policy
+from proctor.runtime._progress.policy import Policy
+from proctor.runtime._progress.workset import WorkSet
 from proctor.runtime._records import (
     Claim,
     Decision,
@@ -55,8 +56,7 @@ from proctor.runtime._records import (
     ToolResult,
     ToolStatus,
 )
-from proctor.runtime._toolspec import ToolSpec, spec_for
-from proctor.runtime._workset import WorkSet
+from proctor.runtime._tools.spec import ToolSpec, spec_for
 from proctor.verifiers._candidate import matches
 
 __all__ = (

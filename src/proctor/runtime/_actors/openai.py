@@ -30,7 +30,7 @@ time limits, HTTP 429 and 5xx, with capped exponential backoff and full jitter
 (a ``Retry-After`` is honoured, capped); a reply that is not a chat completion
 is retried once. Every retry is counted (:meth:`OpenAIActor.take_retries`). When
 the retries are spent, or the server refuses the request (another 4xx),
-:class:`~proctor.runtime._process_actor.ActorError` is raised and the run fails.
+:class:`~proctor.runtime._actors.process.ActorError` is raised and the run fails.
 
 Usage is taken from each reply's ``usage`` (estimated from the text when a
 server reports none) and handed over by :meth:`OpenAIActor.take_usage`;
@@ -69,8 +69,8 @@ from proctor.runtime._records import (
     ToolCall,
     ToolResult,
 )
-from proctor.runtime._tools import ToolRegistry
-from proctor.runtime._toolspec import ToolSpec
+from proctor.runtime._tools.registry import ToolRegistry
+from proctor.runtime._tools.spec import ToolSpec
 
 __all__ = ("DEFAULT_BASE_URL", "SPECIAL_TOOLS", "OpenAIActor", "tool_result_text")
 

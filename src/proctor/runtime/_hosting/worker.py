@@ -22,7 +22,8 @@ import attrs
 import structlog
 
 from proctor._errors import ConfigError, FencedError
-from proctor.runtime._controller import StepCallback, start_run
+from proctor.runtime._control.controller import StepCallback
+from proctor.runtime._control.run import start_run
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._task import ActorSpec, Task

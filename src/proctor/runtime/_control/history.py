@@ -24,11 +24,11 @@ from typing import Any
 import attrs
 import structlog
 
-from proctor.runtime._effects import EffectLedger, EffectRecord, EffectState, Target
+from proctor.runtime._effects.ledger import EffectLedger, EffectRecord, EffectState, Target
 from proctor.runtime._journal import JournalLike, RunRow
-from proctor.runtime._judge import SNAPSHOT_FORMAT, Judge, SnapshotRefused
+from proctor.runtime._progress.judge import SNAPSHOT_FORMAT, Judge, SnapshotRefused
+from proctor.runtime._progress.trajectory import Candidates, Event, drive
 from proctor.runtime._records import ToolCall, ToolResult
-from proctor.runtime._trajectory import Candidates, Event, drive
 
 __all__ = (
     "SNAPSHOT_EVERY",

@@ -18,8 +18,8 @@ Runs may also be queued and claimed under a lease (:meth:`Journal.submit_run`,
 that lost the lease is fenced out. Lease times are read from the database's own
 clock, here SQLite's ``julianday('now')``.
 
-All SQL lives in :class:`_Sql` and :data:`_MIGRATIONS`; the PostgreSQL backend
-(:mod:`proctor.runtime._journal_pg`) implements the same :class:`JournalLike`
+All SQL lives in :class:`_Sql` and :data:`SQLITE_MIGRATIONS`; the PostgreSQL backend
+(:mod:`proctor.runtime._journal.postgres`) implements the same :class:`JournalLike`
 interface with its own SQL, and :func:`open_journal` picks the backend from the
 target. ``sqlite3`` errors never leave this module: they become
 :class:`~proctor.JournalError` naming the journal's path, chained to the original.
@@ -38,23 +38,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import json
-import math
 import os
-import signal
 import sqlite3
 import time
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
-    Iterable,
     Iterator,
     Mapping,
     Sequence,
 )
-from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar, cast
+from typing import Any, ClassVar, Self, TypeVar, cast
 
 import aiosqlite
 import anyio
@@ -70,272 +66,56 @@ from proctor._errors import (
     RunNotFoundError,
     SchemaError,
 )
-from proctor.runtime._records import Disposition
-
-__all__ = (
-    "EFFECT_STATES",
-    "SCHEMA_VERSION",
-    "SPEND_KINDS",
-    "Claimed",
-    "EffectRow",
-    "Journal",
-    "JournalLike",
-    "ProcessRow",
-    "RunRow",
-    "Synchronous",
-    "is_postgres_url",
-    "open_journal",
+from proctor.runtime._journal.base import (
+    CLOSE_LIMIT,
+    DURABLE,
+    MIN_PREFIX,
+    RUNNING,
+    SYNCHRONOUS,
+    Claimed,
+    EffectRow,
+    ProcessRow,
+    RunRow,
+    Synchronous,
 )
+from proctor.runtime._journal.crash import crash_point
+from proctor.runtime._journal.rows import (
+    DISPOSITIONS,
+    SpendRecord,
+    check_lease,
+    check_worker,
+    dump,
+    dump_opt,
+    effect_row,
+    fenced_error,
+    load,
+    note_records,
+    record_field,
+    run_row,
+    settle_fence,
+    spend_records,
+    step_params,
+    step_record,
+    task_record,
+)
+from proctor.runtime._journal.schema import (
+    EFFECT_COLUMNS,
+    RUN_COLUMNS,
+    SCHEMA_VERSION,
+    SQLITE_MIGRATIONS,
+    STEP_COLUMNS,
+    SqliteMigration,
+)
+
+__all__ = ("Journal",)
 
 log = structlog.get_logger()
 
-#: The states of an effect in the ledger, in the order an effect may pass through them.
-EFFECT_STATES: tuple[str, ...] = (
-    "planned",
-    "dispatched",
-    "confirmed",
-    "failed",
-    "uncertain",
-    "reconciled_applied",
-    "reconciled_not_applied",
-    "escalated",
-)
-
-#: The kinds of spend rows: a reservation before spend, its settlement or
-#: release after, and a direct charge with no reservation.
-SPEND_KINDS: tuple[str, ...] = ("reserve", "settle", "release", "charge")
-
-Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
-_SYNCHRONOUS: tuple[str, ...] = ("OFF", "NORMAL", "FULL", "EXTRA")
-#: The levels at which every commit is already durable.
-_DURABLE: tuple[str, ...] = ("FULL", "EXTRA")
-
 _T = TypeVar("_T")
-
-#: The shortest run-id prefix :meth:`Journal.get_run` accepts.
-_MIN_PREFIX = 6
-
-#: The longest a close waits for an operation in flight to finish.
-_CLOSE_LIMIT = 30.0
-
-_RUNNING = "running"
-_QUEUED = "queued"
-
-#: The URL schemes that select the PostgreSQL journal.
-_POSTGRES_SCHEMES: tuple[str, ...] = ("postgresql://", "postgres://")
-
-# --------------------------------------------------------------------------------------
-# The crash-point hook, read only by tests (see the module docstring)
-# --------------------------------------------------------------------------------------
-
-
-def _crash_at_from_env() -> int | None:
-    value = os.environ.get("PROCTOR_CRASH_AT")
-    if value is None or not value.strip():
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(
-            f"PROCTOR_CRASH_AT must be an integer (the journal boundary to die at), got {value!r}"
-        ) from None
-
-
-_CRASH_AT = _crash_at_from_env()
-_CRASH_LOG = os.environ.get("PROCTOR_CRASH_LOG")
-_crash_count = itertools.count(1)
-
-
-def _crash_point(label: str) -> None:
-    """Pass a journal boundary: at the one ``PROCTOR_CRASH_AT`` names, die as a host would."""
-    if _CRASH_AT is None:
-        return
-    if next(_crash_count) != _CRASH_AT:
-        return
-    if _CRASH_LOG:
-        with open(_CRASH_LOG, "a", encoding="utf-8") as log_file:
-            log_file.write(label + "\n")
-            log_file.flush()
-            os.fsync(log_file.fileno())
-    os.kill(os.getpid(), signal.SIGKILL)
-
 
 # --------------------------------------------------------------------------------------
 # SQL: the schema and every statement. Nothing outside this section spells SQL.
 # --------------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class _Migration:
-    """
-    One step of the schema.
-
-    Args:
-        columns: ``(table, column, declaration)`` to add where absent, first.
-        script: then these statements, each idempotent (``IF NOT EXISTS``).
-    """
-
-    columns: tuple[tuple[str, str, str], ...] = ()
-    script: str = ""
-
-
-#: Migration N (1-based) brings a journal from user_version N-1 to N. They run
-#: under the write lock, and every step is idempotent, so a journal migrated
-#: concurrently by two processes, or migrated again, ends the same.
-_MIGRATIONS: tuple[_Migration, ...] = (
-    _Migration(
-        script="""
-    CREATE TABLE IF NOT EXISTS tasks (
-        task_id          TEXT PRIMARY KEY,
-        goal             TEXT NOT NULL,
-        spec             TEXT NOT NULL,
-        contract_version TEXT NOT NULL,
-        created_at       REAL NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS runs (
-        run_id           TEXT PRIMARY KEY,
-        task_id          TEXT NOT NULL REFERENCES tasks (task_id),
-        parent_run_id    TEXT REFERENCES runs (run_id),
-        epoch            INTEGER NOT NULL,
-        status           TEXT NOT NULL,
-        disposition      TEXT,
-        stop_reason      TEXT,
-        policy           TEXT NOT NULL,
-        policy_version   TEXT NOT NULL,
-        host             TEXT NOT NULL,
-        started_at       REAL NOT NULL,
-        ended_at         REAL,
-        candidate_digest TEXT,
-        handoff          TEXT,
-        UNIQUE (task_id, epoch)
-    );
-    CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_at);
-    CREATE TABLE IF NOT EXISTS steps (
-        run_id             TEXT NOT NULL REFERENCES runs (run_id),
-        step               INTEGER NOT NULL,
-        trace_id           TEXT NOT NULL,
-        kind               TEXT NOT NULL,
-        action             TEXT,
-        tool_status        TEXT,
-        result_fingerprint TEXT,
-        state_version      INTEGER NOT NULL,
-        state_delta        TEXT NOT NULL,
-        remaining          TEXT NOT NULL,
-        decision           TEXT NOT NULL,
-        progress           INTEGER NOT NULL,
-        reason             TEXT NOT NULL,
-        stop_reason        TEXT,
-        disposition        TEXT,
-        policy_version     TEXT NOT NULL,
-        at                 REAL NOT NULL,
-        event              TEXT,
-        extra              TEXT,
-        PRIMARY KEY (run_id, step)
-    );
-    CREATE TABLE IF NOT EXISTS effects (
-        key        TEXT PRIMARY KEY,
-        run_id     TEXT NOT NULL REFERENCES runs (run_id),
-        task_id    TEXT NOT NULL REFERENCES tasks (task_id),
-        step       INTEGER NOT NULL,
-        tool       TEXT NOT NULL,
-        target     TEXT NOT NULL,
-        args_hash  TEXT NOT NULL,
-        state      TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        outcome    TEXT
-    );
-    CREATE INDEX IF NOT EXISTS effects_by_task ON effects (task_id, state);
-    CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
-    CREATE TABLE IF NOT EXISTS evidence (
-        id               INTEGER PRIMARY KEY,
-        run_id           TEXT NOT NULL REFERENCES runs (run_id),
-        task_id          TEXT NOT NULL REFERENCES tasks (task_id),
-        candidate_digest TEXT NOT NULL,
-        contract_version TEXT NOT NULL,
-        check_name       TEXT NOT NULL,
-        passed           INTEGER NOT NULL,
-        record           TEXT NOT NULL,
-        at               REAL NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS evidence_by_task ON evidence (task_id, candidate_digest);
-    CREATE INDEX IF NOT EXISTS evidence_by_run ON evidence (run_id);
-    CREATE TABLE IF NOT EXISTS spend (
-        id        INTEGER PRIMARY KEY,
-        task_id   TEXT NOT NULL REFERENCES tasks (task_id),
-        run_id    TEXT NOT NULL REFERENCES runs (run_id),
-        dimension TEXT NOT NULL,
-        amount    REAL NOT NULL,
-        kind      TEXT NOT NULL,
-        note      TEXT NOT NULL,
-        at        REAL NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS spend_by_task ON spend (task_id, kind);
-    CREATE TABLE IF NOT EXISTS processes (
-        run_id     TEXT NOT NULL REFERENCES runs (run_id),
-        pgid       INTEGER NOT NULL,
-        command    TEXT NOT NULL,
-        started_at REAL NOT NULL,
-        ended_at   REAL,
-        how        TEXT,
-        PRIMARY KEY (run_id, pgid, started_at)
-    );
-    CREATE TABLE IF NOT EXISTS notes (
-        id     INTEGER PRIMARY KEY,
-        run_id TEXT NOT NULL REFERENCES runs (run_id),
-        kind   TEXT NOT NULL,
-        body   TEXT NOT NULL,
-        at     REAL NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS notes_by_run ON notes (run_id);
-    """
-    ),
-    # Leases: who owns a claimed run, and until when (seconds since the epoch, by
-    # the database's clock). Queued runs and runs whose lease may have expired
-    # are found through a partial index.
-    _Migration(
-        columns=(("runs", "owner", "TEXT"), ("runs", "lease_until", "REAL")),
-        script="""
-        CREATE INDEX IF NOT EXISTS runs_claimable ON runs (started_at)
-        WHERE status IN ('queued', 'running');
-        """,
-    ),
-    # Snapshots of a run's decision core, one per run, each replacing the last;
-    # notes found by kind.
-    _Migration(
-        script="""
-        CREATE TABLE IF NOT EXISTS snapshots (
-            run_id TEXT PRIMARY KEY REFERENCES runs (run_id),
-            step   INTEGER NOT NULL,
-            body   TEXT NOT NULL,
-            at     REAL NOT NULL
-        );
-        CREATE INDEX IF NOT EXISTS notes_by_kind ON notes (run_id, kind, id);
-        """,
-    ),
-)
-
-#: The schema version this proctor writes and understands.
-SCHEMA_VERSION = len(_MIGRATIONS)
-
-_RUN_COLUMNS = """
-    r.run_id, r.task_id, r.parent_run_id, r.epoch, r.status, r.disposition,
-    r.stop_reason, r.policy, r.policy_version, r.host, r.started_at, r.ended_at,
-    r.candidate_digest, r.handoff, t.goal,
-    (SELECT count(*) FROM steps AS s WHERE s.run_id = r.run_id), r.owner, r.lease_until
-    FROM runs AS r JOIN tasks AS t ON t.task_id = r.task_id
-"""
-
-_STEP_COLUMNS = """
-    trace_id, run_id, step, kind, action, tool_status, result_fingerprint,
-    state_version, state_delta, remaining, decision, progress, reason,
-    stop_reason, disposition, policy_version, at, event, extra
-"""
-
-_EFFECT_COLUMNS = """
-    key, run_id, task_id, step, tool, target, args_hash, state, created_at,
-    updated_at, outcome
-"""
 
 
 #: Now, in seconds since the Unix epoch, by SQLite's clock (milliseconds resolution).
@@ -356,7 +136,7 @@ class _Sql:
 
     @staticmethod
     def synchronous(level: str) -> str:
-        # PRAGMA takes no bound parameters; ``level`` is one of _SYNCHRONOUS.
+        # PRAGMA takes no bound parameters; ``level`` is one of SYNCHRONOUS.
         return f"PRAGMA synchronous = {level}"
 
     @staticmethod
@@ -366,7 +146,7 @@ class _Sql:
 
     @staticmethod
     def table_info(table: str) -> str:
-        # ``table`` comes from _MIGRATIONS, never from input.
+        # ``table`` comes from SQLITE_MIGRATIONS, never from input.
         return f"PRAGMA table_info({table})"
 
     @staticmethod
@@ -402,20 +182,20 @@ class _Sql:
         WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
     """
     run_fence = "SELECT status, epoch FROM runs WHERE run_id = ?"
-    get_run = f"SELECT {_RUN_COLUMNS} WHERE r.run_id = ?"
+    get_run = f"SELECT {RUN_COLUMNS} WHERE r.run_id = ?"
     # A range over the primary key: [prefix, successor of prefix).
     runs_by_prefix = f"""
-        SELECT {_RUN_COLUMNS}
+        SELECT {RUN_COLUMNS}
         WHERE r.run_id >= :low AND r.run_id < :high
         ORDER BY r.run_id LIMIT 2
     """
     runs_by_prefix_scan = f"""
-        SELECT {_RUN_COLUMNS}
+        SELECT {RUN_COLUMNS}
         WHERE substr(r.run_id, 1, length(:low)) = :low
         ORDER BY r.run_id LIMIT 2
     """
-    list_runs = f"SELECT {_RUN_COLUMNS} ORDER BY r.started_at DESC, r.rowid DESC LIMIT ?"
-    runs_of_task = f"SELECT {_RUN_COLUMNS} WHERE r.task_id = ? ORDER BY r.epoch"
+    list_runs = f"SELECT {RUN_COLUMNS} ORDER BY r.started_at DESC, r.rowid DESC LIMIT ?"
+    runs_of_task = f"SELECT {RUN_COLUMNS} WHERE r.task_id = ? ORDER BY r.epoch"
 
     # Fenced inserts: the row is written only if the run's epoch matches, in the
     # same statement, so a refused write writes nothing and costs one round trip.
@@ -433,10 +213,10 @@ class _Sql:
             WHERE run_id = :run_id AND epoch = :epoch AND status <> 'queued'
         )
     """
-    steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = ? AND step > ? ORDER BY step"
+    steps = f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = ? AND step > ? ORDER BY step"
     # Walks the run's steps from the last: the first with a disposition is the one.
     ending_step = f"""
-        SELECT {_STEP_COLUMNS} FROM steps
+        SELECT {STEP_COLUMNS} FROM steps
         WHERE run_id = ? AND disposition IS NOT NULL ORDER BY step DESC LIMIT 1
     """
     # The largest id of the index's run_id entries: one index probe.
@@ -479,7 +259,7 @@ class _Sql:
         )
     """
     effect_exists = "SELECT 1 FROM effects WHERE key = ?"
-    effects = f"SELECT {_EFFECT_COLUMNS} FROM effects"
+    effects = f"SELECT {EFFECT_COLUMNS} FROM effects"
     effects_order = "ORDER BY created_at, rowid"
     effects_filters: ClassVar[Mapping[str, str]] = {
         "task_id": "task_id = :task_id",
@@ -595,262 +375,6 @@ class _Sql:
 
 
 # --------------------------------------------------------------------------------------
-# Records
-# --------------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class RunRow:
-    """
-    One run as the journal holds it.
-
-    Args:
-        run_id: the run.
-        task_id: the task it works on.
-        parent_run_id: the run it resumes, if any.
-        epoch: its ownership epoch; writes from another epoch are fenced.
-        status: ``running``, or the terminal disposition.
-        disposition: the terminal disposition, or None while running.
-        stop_reason: the unstructured stop reason, once ended.
-        policy: the policy's settings.
-        policy_version: the policy's version.
-        host: the host that runs it.
-        started_at: when it started (seconds since the epoch).
-        ended_at: when it ended, or None.
-        candidate_digest: the digest of the final candidate, if any.
-        handoff: what the run hands to whoever recovers it.
-        goal: the task's goal.
-        steps: how many steps are journaled.
-        owner: the worker that holds or last held its lease, if it was claimed.
-        lease_until: when that lease expires (seconds since the epoch, by the
-            database's clock), or None when the run holds no lease.
-    """
-
-    run_id: str
-    task_id: str
-    parent_run_id: str | None
-    epoch: int
-    status: str
-    disposition: str | None
-    stop_reason: dict[str, Any] | None
-    policy: dict[str, Any]
-    policy_version: str
-    host: str
-    started_at: float
-    ended_at: float | None
-    candidate_digest: str | None
-    handoff: dict[str, Any] | None
-    goal: str
-    steps: int
-    owner: str | None = None
-    lease_until: float | None = None
-
-
-@attrs.frozen
-class Claimed:
-    """
-    A run a worker has claimed: it now owns the run under ``epoch`` until its lease expires.
-
-    Args:
-        run_id: the run.
-        task_id: its task.
-        epoch: the worker's epoch: every fenced write passes it.
-        previous_epoch: the run's epoch before the claim: 0 for a queued run never
-            claimed before, otherwise the epoch of the owner whose lease expired
-            or who released it (the run is being resumed).
-    """
-
-    run_id: str
-    task_id: str
-    epoch: int
-    previous_epoch: int
-
-
-@attrs.frozen
-class EffectRow:
-    """
-    One effect in the ledger.
-
-    Args:
-        key: its idempotency key.
-        run_id: the run that last dispatched it.
-        task_id: its task.
-        step: the step that last dispatched it.
-        tool: the tool.
-        target: what it acts on (a path, a URL, a resource).
-        args_hash: the digest of its arguments.
-        state: one of :data:`EFFECT_STATES`.
-        created_at: when it was first recorded.
-        updated_at: when its state last changed.
-        outcome: what settled it, if anything did.
-    """
-
-    key: str
-    run_id: str
-    task_id: str
-    step: int
-    tool: str
-    target: str
-    args_hash: str
-    state: str
-    created_at: float
-    updated_at: float
-    outcome: dict[str, Any] | None
-
-
-@attrs.frozen
-class ProcessRow:
-    """
-    One child process group of a run.
-
-    Args:
-        run_id: the run.
-        pgid: its process group id.
-        command: the command it runs.
-        started_at: when it started.
-        ended_at: when it ended, or None while it may still run.
-        how: how it ended (``exited``, ``terminated``, ``killed``, ...).
-    """
-
-    run_id: str
-    pgid: int
-    command: str
-    started_at: float
-    ended_at: float | None
-    how: str | None
-
-
-# --------------------------------------------------------------------------------------
-# The interface both backends implement
-# --------------------------------------------------------------------------------------
-
-
-class JournalLike(Protocol):
-    """
-    What the runtime needs from a journal, whichever database holds it.
-
-    :class:`Journal` (SQLite) and :class:`~proctor.runtime._journal_pg.PgJournal`
-    (PostgreSQL) implement it with the same arguments, results, errors and fences;
-    :func:`open_journal` returns one or the other. See :class:`Journal` for each
-    method's contract.
-    """
-
-    @property
-    def path(self) -> str:
-        """Where the journal is: a file, or a URL without its password."""
-        ...
-
-    async def close(self) -> None: ...
-    async def __aenter__(self) -> Self: ...
-    async def __aexit__(self, *exc_info: object) -> None: ...
-
-    async def put_task(
-        self, task_id: str, goal: str, spec: dict[str, Any], contract_version: str
-    ) -> None: ...
-    async def get_task(self, task_id: str) -> dict[str, Any]: ...
-
-    async def create_run(
-        self,
-        run_id: str,
-        task_id: str,
-        *,
-        policy: dict[str, Any],
-        policy_version: str,
-        host: str,
-        parent_run_id: str | None = None,
-    ) -> int: ...
-    async def end_run(
-        self,
-        run_id: str,
-        epoch: int,
-        *,
-        disposition: str,
-        stop_reason: dict[str, Any] | None,
-        candidate_digest: str | None,
-        handoff: dict[str, Any] | None,
-    ) -> None: ...
-    async def get_run(self, run_id: str) -> RunRow: ...
-    async def list_runs(self, limit: int = 50) -> list[RunRow]: ...
-    async def runs_of_task(self, task_id: str) -> list[RunRow]: ...
-
-    async def submit_run(
-        self, run_id: str, task_id: str, *, policy: dict[str, Any], policy_version: str
-    ) -> None: ...
-    async def claim_run(self, worker: str, lease_seconds: float) -> Claimed | None: ...
-    async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool: ...
-    async def release_run(self, run_id: str, epoch: int) -> None: ...
-
-    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> int: ...
-    async def append_steps(
-        self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
-    ) -> None: ...
-    async def steps(self, run_id: str, *, after: int = 0) -> list[dict[str, Any]]: ...
-    async def ending_step(self, run_id: str) -> dict[str, Any] | None: ...
-
-    async def record_dispatch(
-        self,
-        *,
-        run_id: str,
-        epoch: int,
-        key: str,
-        task_id: str,
-        step: int,
-        tool: str,
-        target: str,
-        args_hash: str,
-    ) -> None: ...
-    async def settle_effect(
-        self,
-        key: str,
-        state: str,
-        outcome: dict[str, Any] | None,
-        *,
-        run_id: str | None = None,
-        epoch: int | None = None,
-    ) -> None: ...
-    async def effects(
-        self,
-        *,
-        task_id: str | None = None,
-        run_id: str | None = None,
-        states: Sequence[str] | None = None,
-    ) -> list[EffectRow]: ...
-
-    async def add_evidence(self, run_id: str, task_id: str, record: Mapping[str, Any]) -> None: ...
-    async def evidence(
-        self, *, run_id: str | None = None, task_id: str | None = None
-    ) -> list[dict[str, Any]]: ...
-
-    async def add_spend(
-        self,
-        task_id: str,
-        run_id: str,
-        amounts: Mapping[str, float],
-        kind: str,
-        note: str = "",
-        *,
-        defer: bool = False,
-    ) -> None: ...
-    async def spend_totals(
-        self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
-    ) -> dict[str, float]: ...
-
-    async def record_process(self, run_id: str, pgid: int, command: str) -> None: ...
-    async def end_process(self, run_id: str, pgid: int, how: str) -> None: ...
-    async def processes(self, run_id: str) -> list[ProcessRow]: ...
-
-    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None: ...
-    async def notes(
-        self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]: ...
-    async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None: ...
-    async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None: ...
-    async def snapshot(self, run_id: str) -> dict[str, Any] | None: ...
-
-    async def integrity_check(self) -> str: ...
-
-
-# --------------------------------------------------------------------------------------
 # The journal
 # --------------------------------------------------------------------------------------
 
@@ -869,7 +393,7 @@ class Journal:
     _synchronous: Synchronous
     _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True), init=False)
     # Spend rows (one per dimension) written with the journal's next operation.
-    _deferred: list[_SpendRecord] = attrs.field(factory=list, init=False)
+    _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
     # Steps waiting for the lock, written together by the first to get it.
     _steps: list[_StepWrite] = attrs.field(factory=list, init=False)
 
@@ -891,9 +415,9 @@ class Journal:
             JournalError: the file could not be opened or is not a journal.
         """
         name = os.fspath(path)
-        if synchronous not in _SYNCHRONOUS:
+        if synchronous not in SYNCHRONOUS:
             raise ConfigError(
-                f"journal synchronous level must be one of {', '.join(_SYNCHRONOUS)}, "
+                f"journal synchronous level must be one of {', '.join(SYNCHRONOUS)}, "
                 f"got {synchronous!r}"
             )
         try:
@@ -914,16 +438,16 @@ class Journal:
             await db.executescript(_Sql.setup + _Sql.synchronous(self._synchronous))
             version = await self._schema_version(db)
             if version < SCHEMA_VERSION:
-                _crash_point("migrate:before")
+                crash_point("migrate:before")
                 async with self._transaction(db):
                     # Read again under the write lock: another process may have
                     # migrated the journal since.
                     version = await self._schema_version(db)
-                    for migration in _MIGRATIONS[version:]:
+                    for migration in SQLITE_MIGRATIONS[version:]:
                         await self._apply(db, migration)
                     if version < SCHEMA_VERSION:
                         await db.execute(_Sql.set_user_version(SCHEMA_VERSION))
-                _crash_point("migrate:after")
+                crash_point("migrate:after")
                 if version < SCHEMA_VERSION:
                     log.info(
                         "journal.migrated",
@@ -943,7 +467,7 @@ class Journal:
         return version
 
     @staticmethod
-    async def _apply(db: aiosqlite.Connection, migration: _Migration) -> None:
+    async def _apply(db: aiosqlite.Connection, migration: SqliteMigration) -> None:
         """Apply one migration inside the caller's transaction, skipping what is there."""
         for table, column, declaration in migration.columns:
             present = {row[1] for row in await db.execute_fetchall(_Sql.table_info(table))}
@@ -965,7 +489,7 @@ class Journal:
         db, self._db = self._db, None
         if db is None:
             return
-        with anyio.move_on_after(_CLOSE_LIMIT, shield=True) as scope:
+        with anyio.move_on_after(CLOSE_LIMIT, shield=True) as scope:
             async with self._lock:
                 if self._deferred:
                     try:
@@ -1031,7 +555,7 @@ class Journal:
         ``synchronous=FULL``.
         """
         rows, self._deferred = self._deferred, []
-        level = None if not durable or self._synchronous in _DURABLE else self._synchronous
+        level = None if not durable or self._synchronous in DURABLE else self._synchronous
 
         def write(conn: sqlite3.Connection) -> _T:
             if level is not None:
@@ -1040,7 +564,7 @@ class Journal:
                 conn.execute(_Sql.begin)
                 try:
                     if rows:
-                        _crash_point("add_spend:before")
+                        crash_point("add_spend:before")
                         conn.executemany(_Sql.add_spend, rows)
                     result = body(conn)
                     conn.commit()
@@ -1048,7 +572,7 @@ class Journal:
                     conn.rollback()
                     raise
                 if rows:
-                    _crash_point("add_spend:after")
+                    crash_point("add_spend:after")
                 return result
             finally:
                 if level is not None:
@@ -1097,7 +621,7 @@ class Journal:
         return self._fenced(run_id, epoch, str(fence[0]), int(fence[1]), what)
 
     def _fenced(self, run_id: str, epoch: int, status: str, current: int, what: str) -> FencedError:
-        return _fenced_error(self._path, run_id, epoch, status, current, what)
+        return fenced_error(self._path, run_id, epoch, status, current, what)
 
     # -- tasks --------------------------------------------------------------------------
 
@@ -1116,14 +640,14 @@ class Journal:
         params = {
             "task_id": task_id,
             "goal": goal,
-            "spec": _dump(spec),
+            "spec": dump(spec),
             "contract_version": contract_version,
             "now": time.time(),
         }
         async with self._use(f"record task {task_id}") as db:
-            _crash_point("put_task:before")
+            crash_point("put_task:before")
             await db.execute(_Sql.put_task, params)
-            _crash_point("put_task:after")
+            crash_point("put_task:after")
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
         """
@@ -1136,7 +660,7 @@ class Journal:
             rows = list(await db.execute_fetchall(_Sql.get_task, (task_id,)))
         if not rows:
             raise JournalError(f"journal {self._path}: no task {task_id!r}")
-        return _task_record(rows[0])
+        return task_record(rows[0])
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -1163,7 +687,7 @@ class Journal:
             "run_id": run_id,
             "task_id": task_id,
             "parent_run_id": parent_run_id,
-            "policy": _dump(policy),
+            "policy": dump(policy),
             "policy_version": policy_version,
             "host": host,
             "now": time.time(),
@@ -1171,9 +695,9 @@ class Journal:
         what = f"create run {run_id}"
         async with self._use(what) as db:
             try:
-                _crash_point("create_run:before")
+                crash_point("create_run:before")
                 rows = list(await db.execute_fetchall(_Sql.create_run, params))
-                _crash_point("create_run:after")
+                crash_point("create_run:after")
             except sqlite3.IntegrityError as exc:
                 if _is_duplicate(exc):
                     why = f"run {run_id!r} already exists"
@@ -1208,24 +732,24 @@ class Journal:
             FencedError: the run has ended or its epoch is not ``epoch``.
             RunNotFoundError: no such run.
         """
-        if disposition not in _DISPOSITIONS:
+        if disposition not in DISPOSITIONS:
             raise ConfigError(
-                f"disposition must be one of {', '.join(_DISPOSITIONS)}, got {disposition!r}"
+                f"disposition must be one of {', '.join(DISPOSITIONS)}, got {disposition!r}"
             )
         params = {
             "run_id": run_id,
             "epoch": epoch,
             "disposition": disposition,
-            "stop_reason": _dump_opt(stop_reason),
+            "stop_reason": dump_opt(stop_reason),
             "candidate_digest": candidate_digest,
-            "handoff": _dump_opt(handoff),
+            "handoff": dump_opt(handoff),
             "now": time.time(),
         }
         what = "end"
 
         def write(conn: sqlite3.Connection) -> tuple[bool, Any]:
             """End it; or, when nothing was written, return the run's status and epoch."""
-            _crash_point("end_run:before")
+            crash_point("end_run:before")
             if conn.execute(_Sql.end_run, params).rowcount == 1:
                 return True, None
             return False, conn.execute(_Sql.run_fence, (run_id,)).fetchone()
@@ -1235,7 +759,7 @@ class Journal:
             with self._errors(f"end run {run_id}"):
                 ended, fence = await self._write(db, write, durable=True)
         if ended:
-            _crash_point("end_run:after")
+            crash_point("end_run:after")
             return
         raise self._refused(run_id, epoch, fence, what)
 
@@ -1248,30 +772,30 @@ class Journal:
         """
         async with self._use(f"read run {run_id}") as db:
             rows = list(await db.execute_fetchall(_Sql.get_run, (run_id,)))
-            if not rows and len(run_id) >= _MIN_PREFIX:
+            if not rows and len(run_id) >= MIN_PREFIX:
                 rows = list(await db.execute_fetchall(*_prefix_query(run_id)))
         if len(rows) == 1:
-            return _run_row(rows[0])
+            return run_row(rows[0])
         if rows:
             ids = ", ".join(str(row[0]) for row in rows)
             raise RunNotFoundError(
                 f"journal {self._path}: run id prefix {run_id!r} is ambiguous "
                 f"(matches {ids}, ...): give more characters"
             )
-        hint = "" if len(run_id) >= _MIN_PREFIX else f" (a prefix needs {_MIN_PREFIX}+ characters)"
+        hint = "" if len(run_id) >= MIN_PREFIX else f" (a prefix needs {MIN_PREFIX}+ characters)"
         raise RunNotFoundError(f"journal {self._path}: no run {run_id!r}{hint}")
 
     async def list_runs(self, limit: int = 50) -> list[RunRow]:
         """Return up to ``limit`` runs, newest first."""
         async with self._use("list runs") as db:
             rows = await db.execute_fetchall(_Sql.list_runs, (limit,))
-        return [_run_row(row) for row in rows]
+        return [run_row(row) for row in rows]
 
     async def runs_of_task(self, task_id: str) -> list[RunRow]:
         """Return a task's runs, oldest epoch first."""
         async with self._use(f"list runs of task {task_id}") as db:
             rows = await db.execute_fetchall(_Sql.runs_of_task, (task_id,))
-        return [_run_row(row) for row in rows]
+        return [run_row(row) for row in rows]
 
     # -- leases -------------------------------------------------------------------------
 
@@ -1288,16 +812,16 @@ class Journal:
         params = {
             "run_id": run_id,
             "task_id": task_id,
-            "policy": _dump(policy),
+            "policy": dump(policy),
             "policy_version": policy_version,
             "now": time.time(),
         }
         what = f"submit run {run_id}"
         async with self._use(what) as db:
             try:
-                _crash_point("submit_run:before")
+                crash_point("submit_run:before")
                 await db.execute(_Sql.submit_run, params)
-                _crash_point("submit_run:after")
+                crash_point("submit_run:after")
             except sqlite3.IntegrityError as exc:
                 if not _is_duplicate(exc):
                     why = f"task {task_id!r} is not in the journal"
@@ -1327,11 +851,11 @@ class Journal:
         Raises:
             ConfigError: ``worker`` is empty or ``lease_seconds`` is negative or not finite.
         """
-        _check_worker(worker)
-        _check_lease(lease_seconds)
+        check_worker(worker)
+        check_lease(lease_seconds)
 
         def claim(conn: sqlite3.Connection) -> Claimed | None:
-            _crash_point("claim_run:before")
+            crash_point("claim_run:before")
             picked = conn.execute(_Sql.claim_pick).fetchone()
             if picked is None:
                 return None
@@ -1347,7 +871,7 @@ class Journal:
                 claimed = await self._write(db, claim, durable=True)
         if claimed is None:
             return None
-        _crash_point("claim_run:after")
+        crash_point("claim_run:after")
         run_id = claimed.run_id
         log.info("journal.claimed", run_id=run_id, worker=worker, epoch=claimed.epoch)
         return claimed
@@ -1364,13 +888,13 @@ class Journal:
             ConfigError: ``lease_seconds`` is negative or not finite.
             RunNotFoundError: no such run.
         """
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         params = {"run_id": run_id, "epoch": epoch, "lease_seconds": float(lease_seconds)}
         what = "renew the lease"
         async with self._use(f"{what} of run {run_id}") as db:
-            _crash_point("renew_lease:before")
+            crash_point("renew_lease:before")
             cursor = await db.execute(_Sql.renew_lease, params)
-            _crash_point("renew_lease:after")
+            crash_point("renew_lease:after")
             if cursor.rowcount == 1:
                 return True
             await self._diagnose_run(db, run_id, what)
@@ -1388,9 +912,9 @@ class Journal:
         """
         what = "release"
         async with self._use(f"{what} run {run_id}") as db:
-            _crash_point("release_run:before")
+            crash_point("release_run:before")
             cursor = await db.execute(_Sql.release_run, {"run_id": run_id, "epoch": epoch})
-            _crash_point("release_run:after")
+            crash_point("release_run:after")
             if cursor.rowcount != 1:
                 await self._diagnose_run(db, run_id, what)
 
@@ -1415,7 +939,7 @@ class Journal:
             RunNotFoundError: no such run.
             JournalError: the step number is already journaled.
         """
-        params = _step_params(run_id, epoch, record)
+        params = step_params(run_id, epoch, record)
         what = f"append step {params['step']}"
         mine = _StepWrite(params)
         self._steps.append(mine)
@@ -1445,7 +969,7 @@ class Journal:
         finally:
             self._lock.release()
         if mine.written:
-            _crash_point("append_step:after")
+            crash_point("append_step:after")
             return mine.newest
         if mine.duplicate is not None:
             raise self._duplicate_step(run_id, what, mine.duplicate) from mine.duplicate
@@ -1465,17 +989,17 @@ class Journal:
         """
         if not records:
             return
-        params = [_step_params(run_id, epoch, record) for record in records]
+        params = [step_params(run_id, epoch, record) for record in records]
         what = f"append steps {params[0]['step']}..{params[-1]['step']}"
         async with self._use(f"{what} of run {run_id}") as db:
             try:
-                _crash_point("append_steps:before")
+                crash_point("append_steps:before")
                 async with self._transaction(db):
                     cursor = await db.executemany(_Sql.append_step, params)
                     if cursor.rowcount != len(params):
                         status, current = await self._diagnose_run(db, run_id, what)
                         raise self._fenced(run_id, epoch, status, current, what)
-                _crash_point("append_steps:after")
+                crash_point("append_steps:after")
             except sqlite3.IntegrityError as exc:
                 raise self._duplicate_step(run_id, what, exc) from exc
 
@@ -1496,7 +1020,7 @@ class Journal:
         """
         async with self._use(f"read steps of run {run_id}") as db:
             rows = await db.execute_fetchall(_Sql.steps, (run_id, after))
-        return [_step_record(row) for row in rows]
+        return [step_record(row) for row in rows]
 
     async def ending_step(self, run_id: str) -> dict[str, Any] | None:
         """
@@ -1505,7 +1029,7 @@ class Journal:
         """
         async with self._use(f"read the ending step of run {run_id}") as db:
             rows = list(await db.execute_fetchall(_Sql.ending_step, (run_id,)))
-        return _step_record(rows[0]) if rows else None
+        return step_record(rows[0]) if rows else None
 
     # -- effects ------------------------------------------------------------------------
 
@@ -1549,7 +1073,7 @@ class Journal:
 
         def write(conn: sqlite3.Connection) -> list[Any] | None:
             """Dispatch it; or, when nothing was written, return what explains why."""
-            _crash_point("record_dispatch:before")
+            crash_point("record_dispatch:before")
             if conn.execute(_Sql.record_dispatch, params).rowcount == 1:
                 return None
             return list(conn.execute(_Sql.dispatch_check, params).fetchall())
@@ -1559,12 +1083,12 @@ class Journal:
             with self._errors(f"record {what}"):
                 rows = await self._write(db, write, durable=True)
         if rows is None:
-            _crash_point("record_dispatch:after")
+            crash_point("record_dispatch:after")
             return
         if not rows:
             raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
         status, current, known_hash = rows[0]
-        if status != _RUNNING or current != epoch:
+        if status != RUNNING or current != epoch:
             raise self._fenced(run_id, epoch, str(status), int(current), what)
         raise EffectError(
             f"idempotency key {key} reused with other arguments "
@@ -1597,11 +1121,11 @@ class Journal:
             RunNotFoundError: no run ``run_id``.
             EffectError: no effect has that key.
         """
-        fenced = _settle_fence(state, run_id, epoch)
+        fenced = settle_fence(state, run_id, epoch)
         params = {
             "key": key,
             "state": state,
-            "outcome": _dump_opt(outcome),
+            "outcome": dump_opt(outcome),
             "now": time.time(),
             "run_id": run_id,
             "epoch": epoch,
@@ -1609,9 +1133,9 @@ class Journal:
         what = f"settle effect {key}"
         sql = _Sql.settle_effect_fenced if fenced else _Sql.settle_effect
         async with self._use(what) as db:
-            _crash_point("settle_effect:before")
+            crash_point("settle_effect:before")
             cursor = await db.execute(sql, params)
-            _crash_point("settle_effect:after")
+            crash_point("settle_effect:after")
             if cursor.rowcount == 1:
                 return
             known = list(await db.execute_fetchall(_Sql.effect_exists, (key,)))
@@ -1636,7 +1160,7 @@ class Journal:
         sql = _Sql.filtered(_Sql.effects, _Sql.effects_filters, present, _Sql.effects_order)
         async with self._use("read effects") as db:
             rows = await db.execute_fetchall(sql, params)
-        return [_effect_row(row) for row in rows]
+        return [effect_row(row) for row in rows]
 
     # -- evidence -----------------------------------------------------------------------
 
@@ -1656,17 +1180,17 @@ class Journal:
         params = {
             "run_id": run_id,
             "task_id": task_id,
-            "candidate_digest": _field(record, "candidate_digest", "evidence"),
-            "contract_version": _field(record, "contract_version", "evidence"),
-            "check_name": _field(record, "check", "evidence"),
-            "passed": bool(_field(record, "passed", "evidence")),
-            "at": _field(record, "at", "evidence"),
-            "record": _dump(record),
+            "candidate_digest": record_field(record, "candidate_digest", "evidence"),
+            "contract_version": record_field(record, "contract_version", "evidence"),
+            "check_name": record_field(record, "check", "evidence"),
+            "passed": bool(record_field(record, "passed", "evidence")),
+            "at": record_field(record, "at", "evidence"),
+            "record": dump(record),
         }
         async with self._use(f"add evidence to run {run_id}") as db:
-            _crash_point("add_evidence:before")
+            crash_point("add_evidence:before")
             await db.execute(_Sql.add_evidence, params)
-            _crash_point("add_evidence:after")
+            crash_point("add_evidence:after")
 
     async def evidence(
         self, *, run_id: str | None = None, task_id: str | None = None
@@ -1677,7 +1201,7 @@ class Journal:
         sql = _Sql.filtered(_Sql.evidence, _Sql.evidence_filters, present, _Sql.evidence_order)
         async with self._use("read evidence") as db:
             rows = await db.execute_fetchall(sql, params)
-        return [_load(row[0]) for row in rows]
+        return [load(row[0]) for row in rows]
 
     # -- spend --------------------------------------------------------------------------
 
@@ -1711,7 +1235,7 @@ class Journal:
             ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount
                 is not finite.
         """
-        rows = _spend_records(task_id, run_id, amounts, kind, note)
+        rows = spend_records(task_id, run_id, amounts, kind, note)
         if not rows:
             return
         self._deferred.extend(rows)
@@ -1733,17 +1257,17 @@ class Journal:
     async def record_process(self, run_id: str, pgid: int, command: str) -> None:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as db:
-            _crash_point("record_process:before")
+            crash_point("record_process:before")
             await db.execute(_Sql.record_process, (run_id, pgid, command, time.time()))
-            _crash_point("record_process:after")
+            crash_point("record_process:after")
 
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:
         """Mark the latest open record of a process group as ended; nothing if none is open."""
         params = {"run_id": run_id, "pgid": pgid, "how": how, "now": time.time()}
         async with self._use(f"end process group {pgid} of run {run_id}") as db:
-            _crash_point("end_process:before")
+            crash_point("end_process:before")
             await db.execute(_Sql.end_process, params)
-            _crash_point("end_process:after")
+            crash_point("end_process:after")
 
     async def processes(self, run_id: str) -> list[ProcessRow]:
         """Return a run's process groups in the order they started."""
@@ -1756,9 +1280,9 @@ class Journal:
     async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
         """Journal a miscellaneous event of a run (an amendment, a retuning, ...)."""
         async with self._use(f"add note to run {run_id}") as db:
-            _crash_point("add_note:before")
-            await db.execute(_Sql.add_note, (run_id, kind, _dump(body), time.time()))
-            _crash_point("add_note:after")
+            crash_point("add_note:before")
+            await db.execute(_Sql.add_note, (run_id, kind, dump(body), time.time()))
+            crash_point("add_note:after")
 
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
@@ -1778,7 +1302,7 @@ class Journal:
                 rows = await db.execute_fetchall(
                     _Sql.notes_of_kinds, (run_id, after, json.dumps(list(kinds)))
                 )
-        return _note_records(rows)
+        return note_records(rows)
 
     async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None:
         """
@@ -1788,7 +1312,7 @@ class Journal:
         """
         async with self._use(f"read the latest {kind} note of run {run_id}") as db:
             rows = await db.execute_fetchall(_Sql.latest_note, (run_id, kind))
-        found = _note_records(rows)
+        found = note_records(rows)
         return found[0] if found else None
 
     async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None:
@@ -1797,17 +1321,17 @@ class Journal:
         ``step``; it replaces the run's earlier one (a snapshot is derived from
         the steps, not history of its own).
         """
-        params = (run_id, step, _dump(body), time.time())
+        params = (run_id, step, dump(body), time.time())
         async with self._use(f"keep a snapshot of run {run_id}") as db:
-            _crash_point("put_snapshot:before")
+            crash_point("put_snapshot:before")
             await db.execute(_Sql.put_snapshot, params)
-            _crash_point("put_snapshot:after")
+            crash_point("put_snapshot:after")
 
     async def snapshot(self, run_id: str) -> dict[str, Any] | None:
         """Return the body of a run's snapshot, or None when it has none."""
         async with self._use(f"read the snapshot of run {run_id}") as db:
             rows = list(await db.execute_fetchall(_Sql.snapshot, (run_id,)))
-        return _load(rows[0][0]) if rows else None
+        return load(rows[0][0]) if rows else None
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -1843,7 +1367,7 @@ def _write_steps(batch: Sequence[_StepWrite], conn: sqlite3.Connection) -> None:
     """
     for step in batch:
         run_id = step.params["run_id"]
-        _crash_point("append_step:before")
+        crash_point("append_step:before")
         try:
             step.written = conn.execute(_Sql.append_step, step.params).rowcount == 1
         except sqlite3.IntegrityError as exc:
@@ -1879,172 +1403,6 @@ def _nothing(conn: sqlite3.Connection) -> None:
     """A transaction's body that adds nothing to it (only the deferred spend)."""
 
 
-def is_postgres_url(target: str | os.PathLike[str]) -> bool:
-    """Return whether ``target`` names a PostgreSQL journal (a ``postgresql://`` URL)."""
-    return os.fspath(target).lower().startswith(_POSTGRES_SCHEMES)
-
-
-@contextlib.asynccontextmanager
-async def open_journal(
-    target: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
-) -> AsyncIterator[JournalLike]:
-    """
-    Open a journal for the body of an ``async with`` and close it after.
-
-    Args:
-        target: a ``postgresql://`` (or ``postgres://``) URL for the PostgreSQL
-            journal (:class:`~proctor.runtime._journal_pg.PgJournal`); anything else
-            is the path of a SQLite file (:class:`Journal`).
-        synchronous: as for :meth:`Journal.open` and ``PgJournal.open``.
-
-    Raises:
-        ConfigError: a PostgreSQL URL, and asyncpg is not installed.
-    """
-    journal: JournalLike
-    if is_postgres_url(target):
-        # Imported here: asyncpg is loaded only by those who use PostgreSQL.
-        try:
-            from proctor.runtime._journal_pg import PgJournal
-        except ModuleNotFoundError as exc:
-            if exc.name != "asyncpg":
-                raise
-            raise ConfigError(
-                "a postgresql:// journal needs the asyncpg package: "
-                "pip install 'proctor[postgresql]' (or asyncpg)"
-            ) from exc
-        journal = await PgJournal.open(os.fspath(target), synchronous=synchronous)
-    else:
-        journal = await Journal.open(target, synchronous=synchronous)
-    try:
-        yield journal
-    finally:
-        await journal.close()
-
-
-# --------------------------------------------------------------------------------------
-# Row and value helpers
-# --------------------------------------------------------------------------------------
-
-_DISPOSITIONS: tuple[str, ...] = tuple(d.value for d in Disposition)
-
-_STEP_FIELDS: tuple[str, ...] = (
-    "trace_id",
-    "step",
-    "kind",
-    "action",
-    "tool_status",
-    "result_fingerprint",
-    "state_version",
-    "state_delta",
-    "remaining",
-    "decision",
-    "progress",
-    "reason",
-    "stop_reason",
-    "disposition",
-    "policy_version",
-    "at",
-)
-_STEP_KNOWN = frozenset((*_STEP_FIELDS, "run_id", "event"))
-
-
-#: A spend row: task, run, dimension, amount, kind, note, time.
-_SpendRecord = tuple[str, str, str, float, str, str, float]
-
-
-def _spend_records(
-    task_id: str, run_id: str, amounts: Mapping[str, float], kind: str, note: str
-) -> list[_SpendRecord]:
-    """
-    The rows of one spend record, one per dimension, as both backends write them.
-
-    Raises:
-        ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount is
-            not a finite number.
-    """
-    if kind not in SPEND_KINDS:
-        raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
-    now = time.time()
-    rows: list[_SpendRecord] = []
-    for dimension, amount in amounts.items():
-        value = float(amount)
-        if not math.isfinite(value):
-            raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
-        rows.append((task_id, run_id, dimension, value, kind, note, now))
-    return rows
-
-
-def _valid(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _dump(value: Any) -> str:
-    """
-    JSON for a text column. Text that is not valid Unicode (a lone surrogate, which
-    JSON from an agent may carry) is kept exactly, as an escape.
-    """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text if _valid(text) else json.dumps(value, separators=(",", ":"))
-
-
-def _clean(text: str) -> str:
-    """A plain text column holds valid Unicode: a lone surrogate becomes U+FFFD."""
-    if _valid(text):
-        return text
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
-def _dump_opt(value: Any) -> str | None:
-    return None if value is None else _dump(value)
-
-
-def _load(text: str) -> Any:
-    return json.loads(text)
-
-
-def _load_opt(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def _fenced_error(
-    where: str, run_id: str, epoch: int, status: str, current: int, what: str
-) -> FencedError:
-    """Say why a fenced write was refused, and log it."""
-    if current != epoch:
-        why = f"its epoch is {current}, the writer's is {epoch}"
-    elif status == _QUEUED:
-        why = "it is queued: claim it first"
-    else:
-        why = f"it has ended ({status})"
-    log.warning("journal.fenced", run_id=run_id, epoch=epoch, refused=what, why=why)
-    return FencedError(f"journal {where}: {what} of run {run_id} refused: {why}")
-
-
-def _settle_fence(state: str, run_id: str | None, epoch: int | None) -> bool:
-    """Check the arguments of ``settle_effect``; return whether the write is fenced."""
-    if state not in EFFECT_STATES:
-        raise ConfigError(f"effect state must be one of {', '.join(EFFECT_STATES)}, got {state!r}")
-    if (run_id is None) != (epoch is None):
-        raise ConfigError("settle_effect fences by run_id and epoch together: give both or neither")
-    return run_id is not None
-
-
-def _check_worker(worker: str) -> None:
-    if not worker:
-        raise ConfigError("a claim needs a worker name, got an empty one")
-
-
-def _check_lease(lease_seconds: float) -> None:
-    if not (math.isfinite(lease_seconds) and lease_seconds >= 0):
-        raise ConfigError(
-            f"a lease lasts a finite, non-negative number of seconds, got {lease_seconds!r}"
-        )
-
-
 def _statements(script: str) -> Iterator[str]:
     """Split an SQL script into its statements (``executescript`` would commit first)."""
     pending = ""
@@ -2057,145 +1415,9 @@ def _statements(script: str) -> Iterator[str]:
         raise AssertionError(f"an incomplete statement ends a migration: {pending!r}")
 
 
-def _field(record: Mapping[str, Any], name: str, what: str) -> Any:
-    try:
-        return record[name]
-    except KeyError:
-        raise ConfigError(f"{what} record lacks the field {name!r}") from None
-
-
 def _is_duplicate(exc: sqlite3.IntegrityError) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     return code in (sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE)
-
-
-def _step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str, Any]:
-    """Flatten a trace record into the parameters of ``_Sql.append_step``."""
-    params = {name: _field(record, name, "step") for name in _STEP_FIELDS}
-    own = record.get("run_id", run_id)
-    if own != run_id:
-        raise ConfigError(f"step {params['step']} belongs to run {own!r}, not to run {run_id!r}")
-    params["run_id"] = run_id
-    params["epoch"] = epoch
-    params["state_delta"] = _dump(params["state_delta"])
-    params["remaining"] = _dump(params["remaining"])
-    params["stop_reason"] = _dump_opt(params["stop_reason"])
-    params["progress"] = bool(params["progress"])
-    params["reason"] = _clean(str(params["reason"]))
-    params["event"] = _dump_opt(record.get("event"))
-    # Fields this schema has no column for yet are kept, not dropped.
-    extra = {key: value for key, value in record.items() if key not in _STEP_KNOWN}
-    params["extra"] = _dump(extra) if extra else None
-    return params
-
-
-def _step_record(row: Any) -> dict[str, Any]:
-    """Rebuild a trace record from a row of ``_Sql.steps``."""
-    (
-        trace_id,
-        run_id,
-        step,
-        kind,
-        action,
-        tool_status,
-        result_fingerprint,
-        state_version,
-        state_delta,
-        remaining,
-        decision,
-        progress,
-        reason,
-        stop_reason,
-        disposition,
-        policy_version,
-        at,
-        event,
-        extra,
-    ) = row
-    record = {
-        "trace_id": trace_id,
-        "run_id": run_id,
-        "step": step,
-        "kind": kind,
-        "action": action,
-        "tool_status": tool_status,
-        "result_fingerprint": result_fingerprint,
-        "state_version": state_version,
-        "state_delta": _load(state_delta),
-        "remaining": _load(remaining),
-        "decision": decision,
-        "progress": bool(progress),
-        "reason": reason,
-        "stop_reason": _load_opt(stop_reason),
-        "disposition": disposition,
-        "policy_version": policy_version,
-        "at": at,
-        "event": _load_opt(event),
-    }
-    if extra is not None:
-        record.update(_load(extra))
-    return record
-
-
-def _task_record(row: Any) -> dict[str, Any]:
-    """A tasks row, as both backends select it, as plain data."""
-    tid, goal, spec, contract_version, created_at = row
-    return {
-        "task_id": tid,
-        "goal": goal,
-        "spec": _load(spec),
-        "contract_version": contract_version,
-        "created_at": created_at,
-    }
-
-
-def _note_records(rows: Iterable[Any]) -> list[dict[str, Any]]:
-    """Notes rows, as both backends select them, as plain data (bodies decoded)."""
-    return [
-        {"id": nid, "run_id": rid, "kind": kind, "body": _load(body), "at": at}
-        for nid, rid, kind, body, at in rows
-    ]
-
-
-def _effect_row(row: Any) -> EffectRow:
-    """An effects row, as both backends select it, as a record."""
-    return EffectRow(
-        key=row[0],
-        run_id=row[1],
-        task_id=row[2],
-        step=row[3],
-        tool=row[4],
-        target=row[5],
-        args_hash=row[6],
-        state=row[7],
-        created_at=row[8],
-        updated_at=row[9],
-        outcome=_load_opt(row[10]),
-    )
-
-
-def _run_row(row: Any) -> RunRow:
-    """Build a :class:`RunRow` from a row of ``_RUN_COLUMNS``."""
-    return RunRow(
-        run_id=row[0],
-        task_id=row[1],
-        parent_run_id=row[2],
-        epoch=row[3],
-        status=row[4],
-        disposition=row[5],
-        stop_reason=_load_opt(row[6]),
-        policy=_load(row[7]),
-        policy_version=row[8],
-        host=row[9],
-        started_at=row[10],
-        ended_at=row[11],
-        candidate_digest=row[12],
-        handoff=_load_opt(row[13]),
-        goal=row[14],
-        steps=row[15],
-        owner=row[16],
-        lease_until=row[17],
-    )
 
 
 def _prefix_query(prefix: str) -> tuple[str, dict[str, str]]:

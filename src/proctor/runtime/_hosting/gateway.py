@@ -46,8 +46,9 @@ from mcp.server.streamable_http_manager import (
 from mcp.server.transport_security import TransportSecuritySettings
 
 from proctor._errors import ConfigError
-from proctor.runtime._controller import StepCallback, run
-from proctor.runtime._openai import tool_result_text
+from proctor.runtime._actors.openai import tool_result_text
+from proctor.runtime._control.controller import StepCallback
+from proctor.runtime._control.run import run
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._records import (
     Claim,
@@ -63,8 +64,8 @@ from proctor.runtime._records import (
     TraceRecord,
 )
 from proctor.runtime._task import Task, parse_task
-from proctor.runtime._tools import ToolRegistry
-from proctor.runtime._toolspec import Effect
+from proctor.runtime._tools.registry import ToolRegistry
+from proctor.runtime._tools.spec import Effect
 
 __all__ = (
     "GATEWAY_TOOLS",

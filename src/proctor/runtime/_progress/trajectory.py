@@ -3,7 +3,7 @@ Recorded trajectories (format v1) and their offline replay.
 
 A trajectory is what an agent did, step by step, with what the world answered.
 :func:`replay` feeds it to the same decision core live runs use
-(:class:`~proctor.runtime._judge.Judge`) and reports what the controller would
+(:class:`~proctor.runtime._progress.judge.Judge`) and reports what the controller would
 have decided. The format is a public contract: see ``docs/trajectory.md``.
 """
 
@@ -17,9 +17,9 @@ from typing import Any, Literal, cast
 import attrs
 
 from proctor._errors import ConfigError, TrajectoryError
-from proctor.runtime._judge import Act, Judge, Refused, Ruling, TaskFacts, Verdict
-from proctor.runtime._normalize import digest, normalize_path
-from proctor.runtime._policy import Policy
+from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, TaskFacts, Verdict
+from proctor.runtime._progress.normalize import digest, normalize_path
+from proctor.runtime._progress.policy import Policy
 from proctor.runtime._records import (
     Claim,
     Decision,

@@ -5,7 +5,7 @@ The controller is the only writer of run state and the only owner of
 termination. It admits or refuses every proposal, reserves budget before any
 spend, journals the intent of an effectful call before the tool runs, journals
 every step before it reports it, asks the verifier, and decides the
-disposition (through the decision core, :class:`~proctor.runtime._judge.Judge`).
+disposition (through the decision core, :class:`~proctor.runtime._progress.judge.Judge`).
 
 Channels (bounded memory-object streams)::
 
@@ -17,10 +17,7 @@ Channels (bounded memory-object streams)::
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-import signal
-import socket
 import tempfile
 import time
 import uuid
@@ -36,7 +33,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor import _channels as channels
-from proctor._errors import BudgetError, EffectError, FencedError, ProctorError, WorkspaceError
+from proctor._errors import BudgetError, EffectError, FencedError, WorkspaceError
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -51,12 +48,12 @@ from proctor.budgets._accountant import (
     RetuneLimit,
     Settle,
     Settled,
-    run_accountant,
 )
-from proctor.budgets._budget import Exhaustion, Ledger
+from proctor.budgets._budget import Exhaustion
 from proctor.budgets._usage import Usage
-from proctor.runtime._actor import Actor, ActorCrashed, ActorFinished, ActorSpend, run_actor
-from proctor.runtime._effects import (
+from proctor.runtime._actors.base import ActorCrashed, ActorFinished, ActorSpend
+from proctor.runtime._control.history import save_snapshot, snapshot_due
+from proctor.runtime._effects.ledger import (
     EffectLedger,
     EffectState,
     Target,
@@ -69,18 +66,15 @@ from proctor.runtime._effects import (
     target_of,
     verdict_state,
 )
-from proctor.runtime._history import load_effects, load_history, save_snapshot, snapshot_due
-from proctor.runtime._journal import Claimed, JournalLike, open_journal
-from proctor.runtime._judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
-from proctor.runtime._normalize import canonical_json, fingerprint
+from proctor.runtime._journal import JournalLike
 from proctor.runtime._operator import apply_amendment
-from proctor.runtime._outcome import Candidate, Handoff, RunResult
-from proctor.runtime._process import ProcessGroups, group_alive
+from proctor.runtime._outcome import Handoff
+from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
+from proctor.runtime._progress.normalize import fingerprint
 from proctor.runtime._records import (
     Claim,
     Completion,
     Decision,
-    Disposition,
     Message,
     MessageKind,
     Observation,
@@ -93,16 +87,23 @@ from proctor.runtime._records import (
     ToolStatus,
     TraceRecord,
 )
-from proctor.runtime._task import Task, prepare_workspace
-from proctor.runtime._tools import ToolContext, ToolRegistry, call_tool
-from proctor.runtime._toolspec import ToolSpec
-from proctor.runtime._workspace import Workspace
+from proctor.runtime._task import Task
+from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool
+from proctor.runtime._tools.spec import ToolSpec
 from proctor.verifiers._candidate import TreeHasher, freeze
 from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
-from proctor.verifiers._verifier import VerifyRequest, VerifyResult, run_verifier
+from proctor.verifiers._verifier import VerifyRequest, VerifyResult
 
-__all__ = ("Controller", "StepCallback", "run")
+__all__ = ("Controller", "StepCallback")
+
+from proctor.runtime._control.trace import (
+    _action_event,
+    _describe,
+    _excerpt,
+    _handoff,
+    _message_event,
+)
 
 log = structlog.get_logger()
 
@@ -116,20 +117,10 @@ AFTER_END_WAIT = 2.0
 #: How often a write found not applied is sent again (with the same key).
 MAX_EFFECT_RETRIES = 3
 
-_TRAJECTORY_STATUS = {
-    ToolStatus.OK: "ok",
-    ToolStatus.ERROR: "error",
-    ToolStatus.UNCERTAIN: "timeout",
-}
-
 
 def _call_amounts(call: ToolCall) -> dict[str, float]:
     """What one tool call costs: a call in all, and one of its tool."""
     return {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
-
-
-def _excerpt(text: str, limit: int = 4000) -> str:
-    return text if len(text) <= limit else "…" + text[-limit:]
 
 
 @attrs.define(eq=False)
@@ -935,434 +926,3 @@ class Controller:
             self._snapshot_step = self.step
             round_id = (record.event or {}).get("round")
             await save_snapshot(self.journal, self.run_id, self.judge, self.step, round_id=round_id)
-
-
-async def _close_interrupted(journal: JournalLike, task_id: str, successor: str) -> None:
-    """
-    End the task's runs whose host died (still ``running``): with the disposition
-    their journal recorded, if they had reached one, else as interrupted; and end
-    whatever their children left running. From then on the journal refuses their
-    effect dispatches.
-    """
-    for row in await journal.runs_of_task(task_id):
-        if row.status != "running" or row.run_id == successor:
-            continue
-        ended = await journal.ending_step(row.run_id)
-        if ended is not None:
-            disposition, reason = str(ended["disposition"]), ended.get("stop_reason")
-        else:
-            disposition = Disposition.FAILED.value
-            reason = {
-                "code": "interrupted",
-                "message": f"the run's host died; run {successor} resumed the task",
-                "owner": "operator",
-            }
-        with contextlib.suppress(FencedError):
-            await journal.end_run(
-                row.run_id,
-                row.epoch,
-                disposition=disposition,
-                stop_reason=reason,
-                candidate_digest=None,
-                handoff=None,
-            )
-        for group in await journal.processes(row.run_id):
-            if group.ended_at is not None:
-                continue
-            how = await anyio.to_thread.run_sync(_end_group, group.pgid)
-            await journal.end_process(row.run_id, group.pgid, how)
-        for pgid in await anyio.to_thread.run_sync(_groups_of, row.run_id):
-            await anyio.to_thread.run_sync(_end_group, pgid)
-
-
-def _end_group(pgid: int) -> str:
-    """End a process group a dead host left: SIGTERM, then SIGKILL."""
-    if not group_alive(pgid):
-        return "exited"
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        if not group_alive(pgid):
-            return "terminated"
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    return "killed"
-
-
-def _groups_of(run_id: str) -> set[int]:
-    """
-    The process groups still running whose environment names ``run_id``: every
-    command a run starts carries ``PROCTOR_RUN``, so even a group its host died
-    before journaling is found.
-    """
-    marker = f"PROCTOR_RUN={run_id}".encode()
-    found: set[int] = set()
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.add(os.getpgid(int(entry.name)))
-        except (OSError, ProcessLookupError):
-            continue
-    found.discard(os.getpgrp())
-    return found
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    found: list[BaseException] = []
-    for exc in group.exceptions:
-        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return found
-
-
-def _describe(call: ToolCall, result: ToolResult) -> str:
-    head = f"{call.tool} {canonical_json(call.args)[:200]} -> {result.status.value}"
-    if result.exit_code is not None:
-        head += f" (exit {result.exit_code})"
-    return f"{head}\n{_excerpt(result.output)}" if result.output else head
-
-
-def _action_event(call: ToolCall, result: ToolResult, round_id: str | None) -> dict[str, Any]:
-    event: dict[str, Any] = {
-        "type": "action",
-        "tool": call.tool,
-        "args": call.args,
-        "result": {
-            "status": _TRAJECTORY_STATUS.get(result.status, "error"),
-            "exit_code": result.exit_code,
-            "output": result.output,
-        },
-    }
-    if round_id is not None:
-        event["round"] = round_id
-    if call.poll:
-        event["poll"] = True
-    return event
-
-
-def _message_event(message: Message) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "kind": message.kind.value,
-        "text": message.text,
-        "sources": list(message.sources),
-        "blockers": list(message.blockers),
-    }
-
-
-def _handoff(
-    controller: Controller, spend: dict[str, float], current: str, evidence: Sequence[Evidence]
-) -> Handoff:
-    judge = controller.judge
-    assert judge.disposition is not None
-    latest: dict[str, Evidence] = {}
-    version = controller.task.contract_version
-    for ev in sorted(evidence, key=lambda e: e.at):
-        if ev.candidate_digest == current and ev.contract_version == version:
-            latest[ev.check] = ev
-    lines = tuple(
-        f"{name}: {'passed' if ev.passed else 'failed'} on {ev.candidate_digest[:12]}"
-        + (f" (exit {ev.exit_code}, " if ev.exit_code is not None else " (")
-        + f"contract {ev.contract_version[:12]})"
-        for name, ev in sorted(latest.items())
-    )
-    findings: list[str] = []
-    for name, ev in sorted(latest.items()):
-        tests = f": {', '.join(ev.failing_tests)}" if ev.failing_tests else ""
-        if not ev.passed:
-            # Optional checks do not block completion: what they found is a suggestion.
-            findings.append(
-                f"{name} fails{tests}" if ev.required else f"suggestion: {name} fails{tests}"
-            )
-        findings += [
-            f"suggestion: {f.removeprefix('suggest: ')}"
-            for f in ev.findings
-            if f.startswith("suggest: ")
-        ]
-    escalated = [r for r in controller.effects.records() if r.state is EffectState.ESCALATED]
-    findings += [
-        f"escalated: effect {r.key} ({r.tool} {r.target.text}) has an outcome nothing can "
-        "look up; an operator must check whether it happened"
-        for r in escalated
-    ]
-    reason = judge.stop_reason
-    disposition = judge.disposition
-    nexts = {
-        Disposition.COMPLETED: ("nothing: the candidate was accepted", "none"),
-        Disposition.PARTIAL: ("review the partial answer and decide what is missing", "user"),
-        Disposition.BLOCKED: (
-            "resolve the blocker named in the stop reason, then resume",
-            "operator",
-        ),
-        Disposition.NEEDS_INPUT: ("answer the question in the stop reason, then resume", "user"),
-        Disposition.BUDGET_EXHAUSTED: (
-            "raise the limit or narrow the task, then resume",
-            "operator",
-        ),
-        Disposition.NO_PROGRESS: ("change the approach or the task, then resume", "operator"),
-        Disposition.STOPPED: ("resume when ready", "operator"),
-        Disposition.FAILED: ("inspect the failure in the trace, then resume", "operator"),
-    }
-    next_step, owner = nexts[disposition]
-    if reason is not None and reason.owner != "none" and disposition is not Disposition.COMPLETED:
-        owner = reason.owner
-    if escalated and owner == "none":
-        owner = "operator"
-    return Handoff(
-        disposition=disposition,
-        stop_reason=reason,
-        candidate_digest=current,
-        evidence=lines,
-        open_findings=tuple(findings),
-        spend=spend,
-        next_step=next_step,
-        owner=owner,
-    )
-
-
-async def run(
-    task: Task,
-    actor: Actor,
-    journal: str | os.PathLike[str] | JournalLike = "proctor.db",
-    *,
-    tools: ToolRegistry | None = None,
-    on_step: StepCallback | None = None,
-    run_id: str | None = None,
-    actor_spec: Mapping[str, Any] | None = None,
-) -> RunResult:
-    """
-    Run ``actor`` on ``task`` until the controller decides it is over.
-
-    The run is one task group of four tasks (actor, controller, verifier, budget
-    accountant) that talk only over bounded channels. Everything is journaled in
-    ``journal`` (by default a SQLite file, created if needed).
-
-    Args:
-        task: the task and its contract.
-        actor: what proposes the steps.
-        journal: the journal: a SQLite file's path or a ``postgresql://`` URL,
-            opened for the run and closed after it; or an open journal, left
-            open. Runs of one process that share an open journal share its
-            connection: a host of many runs should (see docs/performance.md).
-        tools: the tools on offer (default: the built-in workspace tools).
-        on_step: called with each trace record after it is journaled.
-        run_id: the run's id (default: a new one).
-        actor_spec: how to make the actor again (a task file's ``[actor]`` table),
-            journaled so that ``proctor resume`` can.
-
-    Returns:
-        The run's outcome: disposition, stop reason, candidate, evidence, handoff.
-    """
-    if not isinstance(journal, str | os.PathLike):
-        return await start_run(
-            task, actor, journal, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
-        )
-    async with open_journal(journal) as j:
-        return await start_run(
-            task, actor, j, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
-        )
-
-
-async def start_run(
-    task: Task,
-    actor: Actor,
-    journal: JournalLike,
-    *,
-    tools: ToolRegistry | None = None,
-    on_step: StepCallback | None = None,
-    run_id: str | None = None,
-    parent_run_id: str | None = None,
-    actor_spec: Mapping[str, Any] | None = None,
-    claimed: Claimed | None = None,
-) -> RunResult:
-    """
-    Run ``actor`` on ``task`` with an open journal; see :func:`run`.
-
-    Args:
-        parent_run_id: set for a resumed run: the workspace is taken as it stands
-            and the task's history is inherited from the journal.
-        claimed: a queued run a worker claimed: the run goes on under the claim's
-            epoch. A run taken over from another worker (``previous_epoch`` > 0)
-            inherits its own history as well as the task's, like a resume.
-    """
-    if claimed is not None:
-        run_id = claimed.run_id
-    registry = tools if tools is not None else ToolRegistry.builtin()
-    run_id = run_id or uuid.uuid4().hex
-    task_id = task.task_id or uuid.uuid4().hex
-    structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)
-    try:
-        return await _run(
-            task,
-            actor,
-            journal,
-            registry,
-            on_step,
-            run_id,
-            task_id,
-            parent_run_id,
-            actor_spec,
-            claimed,
-        )
-    finally:
-        structlog.contextvars.unbind_contextvars("run_id", "task_id")
-
-
-async def _run(
-    task: Task,
-    actor: Actor,
-    journal: JournalLike,
-    registry: ToolRegistry,
-    on_step: StepCallback | None,
-    run_id: str,
-    task_id: str,
-    parent_run_id: str | None = None,
-    actor_spec: Mapping[str, Any] | None = None,
-    claimed: Claimed | None = None,
-) -> RunResult:
-    takeover = claimed is not None and claimed.previous_epoch > 0
-    inherits = parent_run_id is not None or takeover
-    if not inherits:
-        await anyio.to_thread.run_sync(prepare_workspace, task)
-    await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
-    if claimed is not None:
-        epoch = claimed.epoch
-    else:
-        epoch = await journal.create_run(
-            run_id,
-            task_id,
-            policy=task.policy.settings(),
-            policy_version=task.policy.version,
-            host=socket.gethostname(),
-            parent_run_id=parent_run_id,
-        )
-    spent = await journal.spend_totals(task_id)
-    ledger = Ledger(task.budget, dict(spent))
-
-    async def record_spend(amounts: Mapping[str, float], kind: str, note: str = "") -> None:
-        if kind == "retune":
-            # A retuned limit is a journaled event with who and why, not spend.
-            await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
-        else:
-            # Written with the step that follows (or the effect's dispatch): one
-            # transaction a step, not one per reservation and settlement.
-            await journal.add_spend(task_id, run_id, amounts, kind, note, defer=True)
-
-    async def group_started(pgid: int, command: str) -> None:
-        await journal.record_process(run_id, pgid, command)
-
-    async def group_ended(pgid: int, how: str) -> None:
-        await journal.end_process(run_id, pgid, how)
-
-    groups = ProcessGroups(on_start=group_started, on_end=group_ended)
-    context = ToolContext(
-        workspace=Workspace.at(task.workspace),
-        command_time_limit=task.command_time_limit,
-        groups=groups,
-        # Marks every child, so a successor can find what a dead host left running.
-        env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
-    )
-    hasher = TreeHasher(task.workspace, task.ignore)
-    judge = Judge(
-        task=task.facts(),
-        policy=task.policy,
-        digest=await anyio.to_thread.run_sync(hasher.digest),
-        contract_version=task.contract_version,
-    )
-    greeting = ""
-    effects = EffectLedger()
-    step_base = 0
-    if inherits and not takeover:
-        await _close_interrupted(journal, task_id, run_id)
-    if not inherits:
-        baseline = hasher.files()
-        await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
-    else:
-        history = await load_history(journal, task_id, None if takeover else run_id, judge)
-        baseline, greeting = history.baseline, history.summary
-        effects = await load_effects(journal, task_id)
-        step_base = history.steps
-    if actor_spec is not None:
-        await journal.add_note(run_id, "actor", dict(actor_spec))
-
-    inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
-    obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
-    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
-    acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
-    actor_scope = anyio.CancelScope()
-    controller = Controller(
-        task=task,
-        run_id=run_id,
-        task_id=task_id,
-        epoch=epoch,
-        journal=journal,
-        judge=judge,
-        registry=registry,
-        context=context,
-        hasher=hasher,
-        inbox=inbox_rx,
-        to_actor=obs_tx,
-        to_verifier=ver_tx,
-        to_accountant=acc_tx,
-        actor_scope=actor_scope,
-        on_step=on_step,
-        estimate=getattr(actor, "estimate", None),
-        baseline=baseline,
-        effects=effects,
-        step_base=step_base,
-    )
-    controller.remaining = ledger.remaining()
-    if takeover:
-        # The same run goes on under a new epoch: its step numbers go on too.
-        controller.step = len(await journal.steps(run_id))
-
-    if controller.estimate is not None:
-        # A model with no known or declared price fails here, before anything runs.
-        controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
-
-    async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
-        with actor_scope:
-            await run_actor(actor, obs_rx, proposals)
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(actor_task, inbox_tx.clone())
-            tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
-            tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
-            inbox_tx.close()
-            try:
-                async with inbox_rx, obs_tx, ver_tx, acc_tx:
-                    await controller.run(greeting)
-            finally:
-                # Ending a run ends its children: nothing is orphaned.
-                with anyio.move_on_after(10, shield=True):
-                    await groups.terminate_all()
-                actor_scope.cancel()
-    except BaseExceptionGroup as group:
-        # One proctor error (a lost lease's fence, a broken journal) is the run's
-        # error: the caller sees it as such, not wrapped in a group.
-        leaves = _leaves(group)
-        if len(leaves) == 1 and isinstance(leaves[0], ProctorError):
-            raise leaves[0] from group
-        raise
-
-    handoff = controller.handoff
-    assert judge.disposition is not None
-    assert handoff is not None
-    current = controller.final_digest
-    log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
-    return RunResult(
-        run_id=run_id,
-        task_id=task_id,
-        disposition=judge.disposition,
-        stop_reason=judge.stop_reason,
-        candidate=Candidate(current),
-        evidence=tuple(controller.evidence),
-        handoff=handoff,
-        steps=controller.step,
-        journal=str(journal.path),
-    )

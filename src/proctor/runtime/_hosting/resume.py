@@ -8,13 +8,14 @@ from typing import Any
 
 import attrs
 
-from proctor.runtime._actor import Actor
-from proctor.runtime._controller import StepCallback, start_run
+from proctor.runtime._actors.base import Actor
+from proctor.runtime._control.controller import StepCallback
+from proctor.runtime._control.run import start_run
 from proctor.runtime._journal import open_journal
 from proctor.runtime._outcome import RunResult
-from proctor.runtime._policy import Policy
+from proctor.runtime._progress.policy import Policy
 from proctor.runtime._task import Task
-from proctor.runtime._tools import ToolRegistry
+from proctor.runtime._tools.registry import ToolRegistry
 
 __all__ = ("resume",)
 

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from proctor._errors import ConfigError
-from proctor.runtime._normalize import canonical_json, digest
+from proctor.runtime._progress.normalize import canonical_json, digest
 
 __all__ = ("POLICY_CODE_VERSION", "Policy")
 

@@ -3,7 +3,7 @@ HTTP tools: writes that carry an idempotency key, and the lookup that reconciles
 
 ``http_request`` sends a write (POST, PUT, PATCH, DELETE). It sends the
 effect's idempotency key in an ``Idempotency-Key`` header; the key comes from
-the effect being dispatched (:func:`~proctor.runtime._effects.effect_key`),
+the effect being dispatched (:func:`~proctor.runtime._effects.ledger.effect_key`),
 never from the agent's arguments, and a write with no key is not sent. The
 outcome maps to a tool status:
 
@@ -30,7 +30,7 @@ transaction as the write it applies, and answers a repeated key with the first
 reply without applying it again.
 
 Nothing here retries: retries belong to the controller, at one layer
-(:func:`~proctor.runtime._effects.retry_with_backoff`).
+(:func:`~proctor.runtime._effects.ledger.retry_with_backoff`).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ import httpx
 import structlog
 
 from proctor._errors import ConfigError
-from proctor.runtime._effects import EffectRecord, Reconciler, Verdict, current_effect_key
+from proctor.runtime._effects.ledger import EffectRecord, Reconciler, Verdict, current_effect_key
 from proctor.runtime._records import ToolResult, ToolStatus
-from proctor.runtime._tools import Tool, ToolContext
-from proctor.runtime._toolspec import Effect, ToolSpec
+from proctor.runtime._tools.registry import Tool, ToolContext
+from proctor.runtime._tools.spec import Effect, ToolSpec
 
 __all__ = (
     "HTTP_GET_SPEC",
@@ -390,7 +390,7 @@ def http_tools(
     Return the HTTP tools, ``http_request`` and ``http_get``, to register.
 
     ``http_request``'s implementation carries its :class:`HttpReconciler`, which
-    :func:`~proctor.runtime._effects.reconciler_for` finds.
+    :func:`~proctor.runtime._effects.ledger.reconciler_for` finds.
 
     Args:
         lookup_base: where its writes are looked up (see :func:`lookup_url`).

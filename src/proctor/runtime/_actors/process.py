@@ -47,8 +47,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from proctor._errors import ActorError, ConfigError
 from proctor._wire import converter
 from proctor.budgets._usage import Usage
-from proctor.runtime._process import ProcessGroups
 from proctor.runtime._records import Observation, Proposal
+from proctor.runtime._tools.process import ProcessGroups
 
 __all__ = ("ActorError", "ProcessActor", "observation_message", "parse_agent_line")
 

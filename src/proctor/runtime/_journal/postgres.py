@@ -2,9 +2,9 @@
 The PostgreSQL journal: the SQLite journal's interface, for many hosts on one database.
 
 :class:`PgJournal` has the same methods, arguments, results, errors and fences as
-:class:`~proctor.runtime._journal.Journal`; both satisfy
-:class:`~proctor.runtime._journal.JournalLike`, and
-:func:`~proctor.runtime._journal.open_journal` picks this one for a
+:class:`~proctor.runtime._journal.sqlite.Journal`; both satisfy
+:class:`~proctor.runtime._journal.sqlite.JournalLike`, and
+:func:`~proctor.runtime._journal.sqlite.open_journal` picks this one for a
 ``postgresql://`` URL. It talks to the server through an asyncpg pool (asyncpg is
 asyncio-only, like aiosqlite). Each public method is one transaction, most of them
 one statement.
@@ -58,36 +58,42 @@ from proctor._errors import (
     RunNotFoundError,
     SchemaError,
 )
-from proctor.runtime._journal import (
-    _DISPOSITIONS,
-    _EFFECT_COLUMNS,
-    _MIN_PREFIX,
-    _RUN_COLUMNS,
-    _RUNNING,
-    _STEP_COLUMNS,
-    _SYNCHRONOUS,
-    SCHEMA_VERSION,
+from proctor.runtime._journal.base import (
+    MIN_PREFIX,
+    RUNNING,
+    SYNCHRONOUS,
     Claimed,
     EffectRow,
     ProcessRow,
     RunRow,
     Synchronous,
-    _check_lease,
-    _check_worker,
-    _dump,
-    _dump_opt,
-    _effect_row,
-    _fenced_error,
-    _field,
-    _load,
-    _note_records,
-    _run_row,
-    _settle_fence,
-    _spend_records,
-    _SpendRecord,
-    _step_params,
-    _step_record,
-    _task_record,
+)
+from proctor.runtime._journal.crash import boundaries
+from proctor.runtime._journal.rows import (
+    DISPOSITIONS,
+    SpendRecord,
+    check_lease,
+    check_worker,
+    dump,
+    dump_opt,
+    effect_row,
+    fenced_error,
+    load,
+    note_records,
+    record_field,
+    run_row,
+    settle_fence,
+    spend_records,
+    step_params,
+    step_record,
+    task_record,
+)
+from proctor.runtime._journal.schema import (
+    EFFECT_COLUMNS,
+    PG_MIGRATIONS,
+    RUN_COLUMNS,
+    SCHEMA_VERSION,
+    STEP_COLUMNS,
 )
 
 if TYPE_CHECKING:
@@ -104,7 +110,7 @@ log = structlog.get_logger()
 DEFAULT_POOL_SIZE = 10
 
 #: The longest a close waits for the operations in flight to finish.
-_CLOSE_LIMIT = 30.0
+CLOSE_LIMIT = 30.0
 
 #: How often a write that computes a task's next epoch is retried when a
 #: concurrent one took that epoch first.
@@ -116,141 +122,6 @@ _MIGRATION_LOCK = 0x70726F63746F72
 # --------------------------------------------------------------------------------------
 # SQL: the schema and every statement. Nothing outside this section spells SQL.
 # --------------------------------------------------------------------------------------
-
-#: Migration N (1-based) brings a journal from version N-1 to N; every statement
-#: is idempotent, so running one again changes nothing.
-_MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE IF NOT EXISTS tasks (
-        task_id          text COLLATE "C" PRIMARY KEY,
-        goal             text NOT NULL,
-        spec             text NOT NULL,
-        contract_version text NOT NULL,
-        created_at       double precision NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS runs (
-        seq              bigint GENERATED ALWAYS AS IDENTITY,
-        run_id           text COLLATE "C" PRIMARY KEY,
-        task_id          text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
-        parent_run_id    text COLLATE "C" REFERENCES runs (run_id),
-        epoch            bigint NOT NULL,
-        status           text NOT NULL,
-        disposition      text,
-        stop_reason      text,
-        policy           text NOT NULL,
-        policy_version   text NOT NULL,
-        host             text NOT NULL,
-        started_at       double precision NOT NULL,
-        ended_at         double precision,
-        candidate_digest text,
-        handoff          text,
-        CONSTRAINT runs_task_epoch UNIQUE (task_id, epoch)
-    );
-    CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_at, seq);
-    CREATE TABLE IF NOT EXISTS steps (
-        run_id             text COLLATE "C" NOT NULL REFERENCES runs (run_id),
-        step               bigint NOT NULL,
-        trace_id           text NOT NULL,
-        kind               text NOT NULL,
-        action             text,
-        tool_status        text,
-        result_fingerprint text,
-        state_version      bigint NOT NULL,
-        state_delta        text NOT NULL,
-        remaining          text NOT NULL,
-        decision           text NOT NULL,
-        progress           boolean NOT NULL,
-        reason             text NOT NULL,
-        stop_reason        text,
-        disposition        text,
-        policy_version     text NOT NULL,
-        at                 double precision NOT NULL,
-        event              text,
-        extra              text,
-        PRIMARY KEY (run_id, step)
-    );
-    CREATE TABLE IF NOT EXISTS effects (
-        seq        bigint GENERATED ALWAYS AS IDENTITY,
-        key        text COLLATE "C" PRIMARY KEY,
-        run_id     text COLLATE "C" NOT NULL REFERENCES runs (run_id),
-        task_id    text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
-        step       bigint NOT NULL,
-        tool       text NOT NULL,
-        target     text NOT NULL,
-        args_hash  text NOT NULL,
-        state      text NOT NULL,
-        created_at double precision NOT NULL,
-        updated_at double precision NOT NULL,
-        outcome    text
-    );
-    CREATE INDEX IF NOT EXISTS effects_by_task ON effects (task_id, state);
-    CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
-    CREATE TABLE IF NOT EXISTS evidence (
-        id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        run_id           text COLLATE "C" NOT NULL REFERENCES runs (run_id),
-        task_id          text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
-        candidate_digest text NOT NULL,
-        contract_version text NOT NULL,
-        check_name       text NOT NULL,
-        passed           boolean NOT NULL,
-        record           text NOT NULL,
-        at               double precision NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS evidence_by_task ON evidence (task_id, candidate_digest);
-    CREATE INDEX IF NOT EXISTS evidence_by_run ON evidence (run_id);
-    CREATE TABLE IF NOT EXISTS spend (
-        id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        task_id   text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
-        run_id    text COLLATE "C" NOT NULL REFERENCES runs (run_id),
-        dimension text COLLATE "C" NOT NULL,
-        amount    double precision NOT NULL,
-        kind      text NOT NULL,
-        note      text NOT NULL,
-        at        double precision NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS spend_by_task ON spend (task_id, kind);
-    CREATE TABLE IF NOT EXISTS processes (
-        seq        bigint GENERATED ALWAYS AS IDENTITY,
-        run_id     text COLLATE "C" NOT NULL REFERENCES runs (run_id),
-        pgid       bigint NOT NULL,
-        command    text NOT NULL,
-        started_at double precision NOT NULL,
-        ended_at   double precision,
-        how        text,
-        PRIMARY KEY (run_id, pgid, started_at)
-    );
-    CREATE TABLE IF NOT EXISTS notes (
-        id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        run_id text COLLATE "C" NOT NULL REFERENCES runs (run_id),
-        kind   text NOT NULL,
-        body   text NOT NULL,
-        at     double precision NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS notes_by_run ON notes (run_id);
-    """,
-    # Leases: who owns a claimed run, and until when (seconds since the epoch, by
-    # the server's clock).
-    """
-    ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner text;
-    ALTER TABLE runs ADD COLUMN IF NOT EXISTS lease_until double precision;
-    CREATE INDEX IF NOT EXISTS runs_claimable ON runs (started_at, seq)
-    WHERE status IN ('queued', 'running');
-    """,
-    # Snapshots of a run's decision core, one per run, each replacing the last;
-    # notes found by kind.
-    """
-    CREATE TABLE IF NOT EXISTS snapshots (
-        run_id text COLLATE "C" PRIMARY KEY REFERENCES runs (run_id),
-        step   bigint NOT NULL,
-        body   text NOT NULL,
-        at     double precision NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS notes_by_kind ON notes (run_id, kind, id);
-    """,
-)
-
-if len(_MIGRATIONS) != SCHEMA_VERSION:  # pragma: no cover - a guard for whoever adds one
-    raise AssertionError("the PostgreSQL and SQLite journals must have the same schema version")
 
 #: Now, in seconds since the Unix epoch, by the server's clock.
 _NOW = "extract(epoch FROM now())::float8"
@@ -377,20 +248,20 @@ class _Sql:
     """
     run_fence = "SELECT status, epoch FROM runs WHERE run_id = $1"
     run_fence_locked = "SELECT status, epoch FROM runs WHERE run_id = $1 FOR SHARE"
-    get_run = f"SELECT {_RUN_COLUMNS} WHERE r.run_id = $1"
+    get_run = f"SELECT {RUN_COLUMNS} WHERE r.run_id = $1"
     # A range over the primary key ("C" collation: code point order).
     runs_by_prefix = f"""
-        SELECT {_RUN_COLUMNS}
+        SELECT {RUN_COLUMNS}
         WHERE r.run_id >= $1 AND r.run_id < $2
         ORDER BY r.run_id LIMIT 2
     """
     runs_by_prefix_scan = f"""
-        SELECT {_RUN_COLUMNS}
+        SELECT {RUN_COLUMNS}
         WHERE starts_with(r.run_id, $1)
         ORDER BY r.run_id LIMIT 2
     """
-    list_runs = f"SELECT {_RUN_COLUMNS} ORDER BY r.started_at DESC, r.seq DESC LIMIT $1"
-    runs_of_task = f"SELECT {_RUN_COLUMNS} WHERE r.task_id = $1 ORDER BY r.epoch"
+    list_runs = f"SELECT {RUN_COLUMNS} ORDER BY r.started_at DESC, r.seq DESC LIMIT $1"
+    runs_of_task = f"SELECT {RUN_COLUMNS} WHERE r.task_id = $1 ORDER BY r.epoch"
 
     append_step = f"""
         {_STEP_INSERT}
@@ -413,9 +284,9 @@ class _Sql:
     add_spend_rows = _spend_rows(1)
     # Inside a transaction that locked the run's row after checking its epoch.
     insert_step = f"{_STEP_INSERT} VALUES ({_STEP_VALUES})"
-    steps = f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = $1 AND step > $2 ORDER BY step"
+    steps = f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = $1 AND step > $2 ORDER BY step"
     ending_step = f"""
-        SELECT {_STEP_COLUMNS} FROM steps
+        SELECT {STEP_COLUMNS} FROM steps
         WHERE run_id = $1 AND disposition IS NOT NULL ORDER BY step DESC LIMIT 1
     """
 
@@ -445,7 +316,7 @@ class _Sql:
         WHERE key = $1 AND {_fence("$5::text", "$6::bigint", running=False)}
     """
     effect_exists = "SELECT 1 FROM effects WHERE key = $1"
-    effects = f"SELECT {_EFFECT_COLUMNS} FROM effects"
+    effects = f"SELECT {EFFECT_COLUMNS} FROM effects"
     effects_order = "ORDER BY created_at, seq"
     effects_filters: Mapping[str, str] = {
         "task_id": "task_id = {}",
@@ -583,14 +454,14 @@ class PgJournal:
 
     One journal holds a pool of connections: operations from concurrent tasks run
     concurrently, each in its own transaction. The methods and their contracts are
-    those of :class:`~proctor.runtime._journal.Journal`.
+    those of :class:`~proctor.runtime._journal.sqlite.Journal`.
     """
 
     _url: str
     _pool: _Pool | None
     _durable_set: bool = False
     # Spend rows written with the journal's next operation, one per dimension.
-    _deferred: list[_SpendRecord] = attrs.field(factory=list, init=False)
+    _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
 
     @classmethod
     async def open(
@@ -622,9 +493,9 @@ class PgJournal:
             SchemaError: the journal was written by a newer proctor.
             JournalError: the server could not be reached or refused the connection.
         """
-        if synchronous not in _SYNCHRONOUS:
+        if synchronous not in SYNCHRONOUS:
             raise ConfigError(
-                f"journal synchronous level must be one of {', '.join(_SYNCHRONOUS)}, "
+                f"journal synchronous level must be one of {', '.join(SYNCHRONOUS)}, "
                 f"got {synchronous!r}"
             )
         if pool_size < 1:
@@ -668,7 +539,7 @@ class PgJournal:
                 await conn.execute(_Sql.schema_table)
                 # Read again under the lock: another host may have migrated since.
                 version = await self._schema_version(conn)
-                for script in _MIGRATIONS[version:]:
+                for script in PG_MIGRATIONS[version:]:
                     await conn.execute(script)
                 if version < SCHEMA_VERSION:
                     await conn.execute(_Sql.record_version, SCHEMA_VERSION)
@@ -709,7 +580,7 @@ class PgJournal:
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        with anyio.move_on_after(_CLOSE_LIMIT, shield=True) as scope:
+        with anyio.move_on_after(CLOSE_LIMIT, shield=True) as scope:
             await pool.close()
         if scope.cancelled_caught:
             pool.terminate()
@@ -768,7 +639,7 @@ class PgJournal:
         that here, shielded, means a cancelled operation has either happened or
         not by the time the cancellation reaches the caller, as with SQLite.
         """
-        with anyio.move_on_after(_CLOSE_LIMIT, shield=True) as scope:
+        with anyio.move_on_after(CLOSE_LIMIT, shield=True) as scope:
             try:
                 await pool.release(conn)
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
@@ -814,17 +685,18 @@ class PgJournal:
         return str(row[0]), int(row[1])
 
     def _fenced(self, run_id: str, epoch: int, status: str, current: int, what: str) -> FencedError:
-        return _fenced_error(self._url, run_id, epoch, status, current, what)
+        return fenced_error(self._url, run_id, epoch, status, current, what)
 
     # -- tasks --------------------------------------------------------------------------
 
+    @boundaries("put_task")
     async def put_task(
         self, task_id: str, goal: str, spec: dict[str, Any], contract_version: str
     ) -> None:
         """Record a task, or update the spec and contract version of a known one."""
         async with self._use(f"record task {task_id}") as conn:
             await conn.execute(
-                _Sql.put_task, task_id, goal, _dump(spec), contract_version, time.time()
+                _Sql.put_task, task_id, goal, dump(spec), contract_version, time.time()
             )
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
@@ -838,10 +710,11 @@ class PgJournal:
             row = await conn.fetchrow(_Sql.get_task, task_id)
         if row is None:
             raise JournalError(f"journal {self._url}: no task {task_id!r}")
-        return _task_record(row)
+        return task_record(row)
 
     # -- runs ---------------------------------------------------------------------------
 
+    @boundaries("create_run")
     async def create_run(
         self,
         run_id: str,
@@ -858,7 +731,7 @@ class PgJournal:
         Raises:
             JournalError: the run id is taken, or the task or parent run is unknown.
         """
-        args = (run_id, task_id, parent_run_id, _dump(policy), policy_version, host)
+        args = (run_id, task_id, parent_run_id, dump(policy), policy_version, host)
         what = f"create run {run_id}"
         async with self._use(what) as conn:
             for _ in range(_EPOCH_RETRIES):
@@ -878,6 +751,7 @@ class PgJournal:
             f"task {task_id!r} took the next epoch first"
         )
 
+    @boundaries("end_run")
     async def end_run(
         self,
         run_id: str,
@@ -896,18 +770,18 @@ class PgJournal:
             FencedError: the run has ended or its epoch is not ``epoch``.
             RunNotFoundError: no such run.
         """
-        if disposition not in _DISPOSITIONS:
+        if disposition not in DISPOSITIONS:
             raise ConfigError(
-                f"disposition must be one of {', '.join(_DISPOSITIONS)}, got {disposition!r}"
+                f"disposition must be one of {', '.join(DISPOSITIONS)}, got {disposition!r}"
             )
         args = (
             run_id,
             epoch,
             disposition,
-            _dump_opt(stop_reason),
+            dump_opt(stop_reason),
             time.time(),
             candidate_digest,
-            _dump_opt(handoff),
+            dump_opt(handoff),
         )
         what = "end"
         async with self._use(f"end run {run_id}") as conn:
@@ -926,33 +800,34 @@ class PgJournal:
         """
         async with self._use(f"read run {run_id}") as conn:
             rows = await conn.fetch(_Sql.get_run, run_id)
-            if not rows and len(run_id) >= _MIN_PREFIX:
+            if not rows and len(run_id) >= MIN_PREFIX:
                 rows = await conn.fetch(*_prefix_query(run_id))
         if len(rows) == 1:
-            return _run_row(rows[0])
+            return run_row(rows[0])
         if rows:
             ids = ", ".join(str(row[0]) for row in rows)
             raise RunNotFoundError(
                 f"journal {self._url}: run id prefix {run_id!r} is ambiguous "
                 f"(matches {ids}, ...): give more characters"
             )
-        hint = "" if len(run_id) >= _MIN_PREFIX else f" (a prefix needs {_MIN_PREFIX}+ characters)"
+        hint = "" if len(run_id) >= MIN_PREFIX else f" (a prefix needs {MIN_PREFIX}+ characters)"
         raise RunNotFoundError(f"journal {self._url}: no run {run_id!r}{hint}")
 
     async def list_runs(self, limit: int = 50) -> list[RunRow]:
         """Return up to ``limit`` runs, newest first."""
         async with self._use("list runs") as conn:
             rows = await conn.fetch(_Sql.list_runs, limit)
-        return [_run_row(row) for row in rows]
+        return [run_row(row) for row in rows]
 
     async def runs_of_task(self, task_id: str) -> list[RunRow]:
         """Return a task's runs, oldest epoch first."""
         async with self._use(f"list runs of task {task_id}") as conn:
             rows = await conn.fetch(_Sql.runs_of_task, task_id)
-        return [_run_row(row) for row in rows]
+        return [run_row(row) for row in rows]
 
     # -- leases -------------------------------------------------------------------------
 
+    @boundaries("submit_run")
     async def submit_run(
         self, run_id: str, task_id: str, *, policy: dict[str, Any], policy_version: str
     ) -> None:
@@ -967,7 +842,7 @@ class PgJournal:
         async with self._use(what) as conn:
             try:
                 await conn.execute(
-                    _Sql.submit_run, run_id, task_id, _dump(policy), policy_version, time.time()
+                    _Sql.submit_run, run_id, task_id, dump(policy), policy_version, time.time()
                 )
             except asyncpg.UniqueViolationError as exc:
                 if await conn.fetchrow(_Sql.run_fence, run_id) is not None:
@@ -980,6 +855,7 @@ class PgJournal:
                 why = f"task {task_id!r} is not in the journal"
                 raise JournalError(f"journal {self._url}: could not {what}: {why}") from exc
 
+    @boundaries("claim_run")
     async def claim_run(self, worker: str, lease_seconds: float) -> Claimed | None:
         """
         Claim the oldest run that is queued, or running under an expired lease.
@@ -990,8 +866,8 @@ class PgJournal:
         Raises:
             ConfigError: ``worker`` is empty or ``lease_seconds`` is negative or not finite.
         """
-        _check_worker(worker)
-        _check_lease(lease_seconds)
+        check_worker(worker)
+        check_lease(lease_seconds)
         async with self._use("claim a run") as conn:
             for _ in range(_EPOCH_RETRIES):
                 try:
@@ -1014,6 +890,7 @@ class PgJournal:
         log.info("journal.claimed", run_id=run_id, worker=worker, epoch=claimed.epoch)
         return claimed
 
+    @boundaries("renew_lease")
     async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool:
         """
         Extend the lease of a run this worker owns to ``lease_seconds`` from now.
@@ -1026,7 +903,7 @@ class PgJournal:
             ConfigError: ``lease_seconds`` is negative or not finite.
             RunNotFoundError: no such run.
         """
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         what = "renew the lease"
         async with self._use(f"{what} of run {run_id}") as conn:
             status = await conn.execute(_Sql.renew_lease, run_id, epoch, float(lease_seconds))
@@ -1035,6 +912,7 @@ class PgJournal:
             await self._diagnose_run(conn, run_id, what)
         return False
 
+    @boundaries("release_run")
     async def release_run(self, run_id: str, epoch: int) -> None:
         """
         Give up the lease on a run. A run still running may be claimed at once.
@@ -1050,6 +928,7 @@ class PgJournal:
 
     # -- steps --------------------------------------------------------------------------
 
+    @boundaries("append_step")
     async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> int:
         """
         Journal one step, with the deferred spend, in one statement; return the
@@ -1061,7 +940,7 @@ class PgJournal:
             RunNotFoundError: no such run.
             JournalError: the step number is already journaled.
         """
-        params = _step_params(run_id, epoch, record)
+        params = step_params(run_id, epoch, record)
         what = f"append step {params['step']}"
         async with self._use(f"{what} of run {run_id}", flush=False) as conn:
             rows, self._deferred = self._deferred, []
@@ -1082,6 +961,7 @@ class PgJournal:
             status, current = await self._diagnose_run(conn, run_id, what)
             raise self._fenced(run_id, epoch, status, current, what)
 
+    @boundaries("append_steps")
     async def append_steps(
         self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
     ) -> None:
@@ -1096,7 +976,7 @@ class PgJournal:
         """
         if not records:
             return
-        params = [_step_params(run_id, epoch, record) for record in records]
+        params = [step_params(run_id, epoch, record) for record in records]
         what = f"append steps {params[0]['step']}..{params[-1]['step']}"
         async with self._use(f"{what} of run {run_id}") as conn:
             try:
@@ -1121,16 +1001,17 @@ class PgJournal:
         """Return a run's steps in order (see :meth:`Journal.steps`)."""
         async with self._use(f"read steps of run {run_id}") as conn:
             rows = await conn.fetch(_Sql.steps, run_id, after)
-        return [_step_record(row) for row in rows]
+        return [step_record(row) for row in rows]
 
     async def ending_step(self, run_id: str) -> dict[str, Any] | None:
         """Return the last step with a disposition (see :meth:`Journal.ending_step`)."""
         async with self._use(f"read the ending step of run {run_id}") as conn:
             row = await conn.fetchrow(_Sql.ending_step, run_id)
-        return None if row is None else _step_record(row)
+        return None if row is None else step_record(row)
 
     # -- effects ------------------------------------------------------------------------
 
+    @boundaries("record_dispatch")
     async def record_dispatch(
         self,
         *,
@@ -1162,13 +1043,14 @@ class PgJournal:
         if row is None:
             raise RunNotFoundError(f"journal {self._url}: no run {run_id!r} ({what})")
         status, current, known_hash = row
-        if status != _RUNNING or current != epoch:
+        if status != RUNNING or current != epoch:
             raise self._fenced(run_id, epoch, str(status), int(current), what)
         raise EffectError(
             f"idempotency key {key} reused with other arguments "
             f"(recorded {known_hash}, now {args_hash}): give the new call its own key"
         )
 
+    @boundaries("settle_effect")
     async def settle_effect(
         self,
         key: str,
@@ -1188,8 +1070,8 @@ class PgJournal:
             RunNotFoundError: no run ``run_id``.
             EffectError: no effect has that key.
         """
-        fenced = _settle_fence(state, run_id, epoch)
-        args: tuple[Any, ...] = (key, state, _dump_opt(outcome), time.time())
+        fenced = settle_fence(state, run_id, epoch)
+        args: tuple[Any, ...] = (key, state, dump_opt(outcome), time.time())
         what = f"settle effect {key}"
         async with self._use(what) as conn:
             if fenced:
@@ -1219,10 +1101,11 @@ class PgJournal:
         sql = _Sql.filtered(_Sql.effects, _Sql.effects_filters, present, _Sql.effects_order)
         async with self._use("read effects") as conn:
             rows = await conn.fetch(sql, *(given[name] for name in present))
-        return [_effect_row(row) for row in rows]
+        return [effect_row(row) for row in rows]
 
     # -- evidence -----------------------------------------------------------------------
 
+    @boundaries("add_evidence")
     async def add_evidence(self, run_id: str, task_id: str, record: Mapping[str, Any]) -> None:
         """
         Journal one piece of evidence: an unstructured evidence record.
@@ -1234,12 +1117,12 @@ class PgJournal:
         args = (
             run_id,
             task_id,
-            _field(record, "candidate_digest", "evidence"),
-            _field(record, "contract_version", "evidence"),
-            _field(record, "check", "evidence"),
-            bool(_field(record, "passed", "evidence")),
-            _dump(record),
-            _field(record, "at", "evidence"),
+            record_field(record, "candidate_digest", "evidence"),
+            record_field(record, "contract_version", "evidence"),
+            record_field(record, "check", "evidence"),
+            bool(record_field(record, "passed", "evidence")),
+            dump(record),
+            record_field(record, "at", "evidence"),
         )
         async with self._use(f"add evidence to run {run_id}") as conn:
             await conn.execute(_Sql.add_evidence, *args)
@@ -1253,10 +1136,11 @@ class PgJournal:
         sql = _Sql.filtered(_Sql.evidence, _Sql.evidence_filters, present, _Sql.evidence_order)
         async with self._use("read evidence") as conn:
             rows = await conn.fetch(sql, *(given[name] for name in present))
-        return [_load(row[0]) for row in rows]
+        return [load(row[0]) for row in rows]
 
     # -- spend --------------------------------------------------------------------------
 
+    @boundaries("add_spend")
     async def add_spend(
         self,
         task_id: str,
@@ -1274,7 +1158,7 @@ class PgJournal:
         Raises:
             ConfigError: ``kind`` is not a spend kind, or an amount is not finite.
         """
-        rows = _spend_records(task_id, run_id, amounts, kind, note)
+        rows = spend_records(task_id, run_id, amounts, kind, note)
         if not rows:
             return
         self._deferred.extend(rows)
@@ -1293,11 +1177,13 @@ class PgJournal:
 
     # -- processes ----------------------------------------------------------------------
 
+    @boundaries("record_process")
     async def record_process(self, run_id: str, pgid: int, command: str) -> None:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as conn:
             await conn.execute(_Sql.record_process, run_id, pgid, command, time.time())
 
+    @boundaries("end_process")
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:
         """Mark the latest open record of a process group as ended; nothing if none is open."""
         async with self._use(f"end process group {pgid} of run {run_id}") as conn:
@@ -1311,10 +1197,11 @@ class PgJournal:
 
     # -- notes --------------------------------------------------------------------------
 
+    @boundaries("add_note")
     async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
         """Journal a miscellaneous event of a run (an amendment, a retuning, ...)."""
         async with self._use(f"add note to run {run_id}") as conn:
-            await conn.execute(_Sql.add_note, run_id, kind, _dump(body), time.time())
+            await conn.execute(_Sql.add_note, run_id, kind, dump(body), time.time())
 
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
@@ -1325,25 +1212,26 @@ class PgJournal:
                 rows = await conn.fetch(_Sql.notes, run_id, after)
             else:
                 rows = await conn.fetch(_Sql.notes_of_kinds, run_id, after, list(kinds))
-        return _note_records(rows)
+        return note_records(rows)
 
     async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None:
         """Return a run's newest note of ``kind``, or None (see :meth:`Journal.latest_note`)."""
         async with self._use(f"read the latest {kind} note of run {run_id}") as conn:
             rows = await conn.fetch(_Sql.latest_note, run_id, kind)
-        found = _note_records(rows)
+        found = note_records(rows)
         return found[0] if found else None
 
+    @boundaries("put_snapshot")
     async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None:
         """Keep a run's snapshot, replacing its earlier one (see :meth:`Journal.put_snapshot`)."""
         async with self._use(f"keep a snapshot of run {run_id}") as conn:
-            await conn.execute(_Sql.put_snapshot, run_id, step, _dump(body), time.time())
+            await conn.execute(_Sql.put_snapshot, run_id, step, dump(body), time.time())
 
     async def snapshot(self, run_id: str) -> dict[str, Any] | None:
         """Return the body of a run's snapshot, or None (see :meth:`Journal.snapshot`)."""
         async with self._use(f"read the snapshot of run {run_id}") as conn:
             body = await conn.fetchval(_Sql.snapshot, run_id)
-        return None if body is None else _load(body)
+        return None if body is None else load(body)
 
     # -- maintenance --------------------------------------------------------------------
 

@@ -48,12 +48,17 @@ import attrs
 import structlog
 
 from proctor._errors import ConfigError, EffectError, ProctorError
-from proctor.runtime._normalize import canonical_json, digest, normalize_command, normalize_path
-from proctor.runtime._process import run_command
+from proctor.runtime._progress.normalize import (
+    canonical_json,
+    digest,
+    normalize_command,
+    normalize_path,
+)
 from proctor.runtime._records import ToolStatus
-from proctor.runtime._tools import Tool, ToolContext
-from proctor.runtime._toolspec import ToolSpec
-from proctor.runtime._workspace import Workspace
+from proctor.runtime._tools.process import run_command
+from proctor.runtime._tools.registry import Tool, ToolContext
+from proctor.runtime._tools.spec import ToolSpec
+from proctor.runtime._tools.workspace import Workspace
 
 __all__ = (
     "ABSENT",

@@ -1,7 +1,7 @@
 """
 The built-in workspace tools and the registry that dispatches tool calls.
 
-A tool is its declaration (:class:`~proctor.runtime._toolspec.ToolSpec`) and an
+A tool is its declaration (:class:`~proctor.runtime._tools.spec.ToolSpec`) and an
 async function. :func:`call_tool` is the one way to call a tool: it checks the
 arguments against the declaration and turns every bad input of the agent (an
 unknown tool, a missing argument, a path outside the workspace, a missing file)
@@ -28,10 +28,10 @@ import attrs
 import structlog
 
 from proctor._errors import ConfigError, ProctorError, WorkspaceError
-from proctor.runtime._process import ProcessGroups, run_command
 from proctor.runtime._records import ToolResult, ToolStatus
-from proctor.runtime._toolspec import BUILTIN_SPECS, ToolSpec, spec_for
-from proctor.runtime._workspace import Workspace
+from proctor.runtime._tools.process import ProcessGroups, run_command
+from proctor.runtime._tools.spec import BUILTIN_SPECS, ToolSpec, spec_for
+from proctor.runtime._tools.workspace import Workspace
 
 __all__ = ("Tool", "ToolContext", "ToolFn", "ToolRegistry", "call_tool")
 

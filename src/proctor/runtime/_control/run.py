@@ -1,0 +1,369 @@
+"""
+Running a task: wire the four tasks, start or resume a run, close what an earlier host left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import ObjectSendStream
+
+from proctor._errors import FencedError, ProctorError
+from proctor.budgets._accountant import (
+    AccountantRequest,
+    run_accountant,
+)
+from proctor.budgets._budget import Ledger
+from proctor.runtime._actors.base import Actor, run_actor
+from proctor.runtime._control.controller import Controller, Inbound, StepCallback
+from proctor.runtime._control.history import load_effects, load_history
+from proctor.runtime._control.trace import _leaves
+from proctor.runtime._effects.ledger import (
+    EffectLedger,
+)
+from proctor.runtime._journal import Claimed, JournalLike, open_journal
+from proctor.runtime._outcome import Candidate, RunResult
+from proctor.runtime._progress.judge import Judge
+from proctor.runtime._records import (
+    Disposition,
+    Observation,
+    ObservationKind,
+)
+from proctor.runtime._task import Task, prepare_workspace
+from proctor.runtime._tools.process import ProcessGroups, group_alive
+from proctor.runtime._tools.registry import ToolContext, ToolRegistry
+from proctor.runtime._tools.workspace import Workspace
+from proctor.verifiers._candidate import TreeHasher
+from proctor.verifiers._verifier import VerifyRequest, run_verifier
+
+__all__ = ("run", "start_run")
+
+log = structlog.get_logger()
+
+
+async def _close_interrupted(journal: JournalLike, task_id: str, successor: str) -> None:
+    """
+    End the task's runs whose host died (still ``running``): with the disposition
+    their journal recorded, if they had reached one, else as interrupted; and end
+    whatever their children left running. From then on the journal refuses their
+    effect dispatches.
+    """
+    for row in await journal.runs_of_task(task_id):
+        if row.status != "running" or row.run_id == successor:
+            continue
+        ended = await journal.ending_step(row.run_id)
+        if ended is not None:
+            disposition, reason = str(ended["disposition"]), ended.get("stop_reason")
+        else:
+            disposition = Disposition.FAILED.value
+            reason = {
+                "code": "interrupted",
+                "message": f"the run's host died; run {successor} resumed the task",
+                "owner": "operator",
+            }
+        with contextlib.suppress(FencedError):
+            await journal.end_run(
+                row.run_id,
+                row.epoch,
+                disposition=disposition,
+                stop_reason=reason,
+                candidate_digest=None,
+                handoff=None,
+            )
+        for group in await journal.processes(row.run_id):
+            if group.ended_at is not None:
+                continue
+            how = await anyio.to_thread.run_sync(_end_group, group.pgid)
+            await journal.end_process(row.run_id, group.pgid, how)
+        for pgid in await anyio.to_thread.run_sync(_groups_of, row.run_id):
+            await anyio.to_thread.run_sync(_end_group, pgid)
+
+
+def _end_group(pgid: int) -> str:
+    """End a process group a dead host left: SIGTERM, then SIGKILL."""
+    if not group_alive(pgid):
+        return "exited"
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return "terminated"
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    return "killed"
+
+
+def _groups_of(run_id: str) -> set[int]:
+    """
+    The process groups still running whose environment names ``run_id``: every
+    command a run starts carries ``PROCTOR_RUN``, so even a group its host died
+    before journaling is found.
+    """
+    marker = f"PROCTOR_RUN={run_id}".encode()
+    found: set[int] = set()
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.add(os.getpgid(int(entry.name)))
+        except (OSError, ProcessLookupError):
+            continue
+    found.discard(os.getpgrp())
+    return found
+
+
+async def run(
+    task: Task,
+    actor: Actor,
+    journal: str | os.PathLike[str] | JournalLike = "proctor.db",
+    *,
+    tools: ToolRegistry | None = None,
+    on_step: StepCallback | None = None,
+    run_id: str | None = None,
+    actor_spec: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """
+    Run ``actor`` on ``task`` until the controller decides it is over.
+
+    The run is one task group of four tasks (actor, controller, verifier, budget
+    accountant) that talk only over bounded channels. Everything is journaled in
+    ``journal`` (by default a SQLite file, created if needed).
+
+    Args:
+        task: the task and its contract.
+        actor: what proposes the steps.
+        journal: the journal: a SQLite file's path or a ``postgresql://`` URL,
+            opened for the run and closed after it; or an open journal, left
+            open. Runs of one process that share an open journal share its
+            connection: a host of many runs should (see docs/performance.md).
+        tools: the tools on offer (default: the built-in workspace tools).
+        on_step: called with each trace record after it is journaled.
+        run_id: the run's id (default: a new one).
+        actor_spec: how to make the actor again (a task file's ``[actor]`` table),
+            journaled so that ``proctor resume`` can.
+
+    Returns:
+        The run's outcome: disposition, stop reason, candidate, evidence, handoff.
+    """
+    if not isinstance(journal, str | os.PathLike):
+        return await start_run(
+            task, actor, journal, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
+        )
+    async with open_journal(journal) as j:
+        return await start_run(
+            task, actor, j, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
+        )
+
+
+async def start_run(
+    task: Task,
+    actor: Actor,
+    journal: JournalLike,
+    *,
+    tools: ToolRegistry | None = None,
+    on_step: StepCallback | None = None,
+    run_id: str | None = None,
+    parent_run_id: str | None = None,
+    actor_spec: Mapping[str, Any] | None = None,
+    claimed: Claimed | None = None,
+) -> RunResult:
+    """
+    Run ``actor`` on ``task`` with an open journal; see :func:`run`.
+
+    Args:
+        parent_run_id: set for a resumed run: the workspace is taken as it stands
+            and the task's history is inherited from the journal.
+        claimed: a queued run a worker claimed: the run goes on under the claim's
+            epoch. A run taken over from another worker (``previous_epoch`` > 0)
+            inherits its own history as well as the task's, like a resume.
+    """
+    if claimed is not None:
+        run_id = claimed.run_id
+    registry = tools if tools is not None else ToolRegistry.builtin()
+    run_id = run_id or uuid.uuid4().hex
+    task_id = task.task_id or uuid.uuid4().hex
+    structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)
+    try:
+        return await _run(
+            task,
+            actor,
+            journal,
+            registry,
+            on_step,
+            run_id,
+            task_id,
+            parent_run_id,
+            actor_spec,
+            claimed,
+        )
+    finally:
+        structlog.contextvars.unbind_contextvars("run_id", "task_id")
+
+
+async def _run(
+    task: Task,
+    actor: Actor,
+    journal: JournalLike,
+    registry: ToolRegistry,
+    on_step: StepCallback | None,
+    run_id: str,
+    task_id: str,
+    parent_run_id: str | None = None,
+    actor_spec: Mapping[str, Any] | None = None,
+    claimed: Claimed | None = None,
+) -> RunResult:
+    takeover = claimed is not None and claimed.previous_epoch > 0
+    inherits = parent_run_id is not None or takeover
+    if not inherits:
+        await anyio.to_thread.run_sync(prepare_workspace, task)
+    await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
+    if claimed is not None:
+        epoch = claimed.epoch
+    else:
+        epoch = await journal.create_run(
+            run_id,
+            task_id,
+            policy=task.policy.settings(),
+            policy_version=task.policy.version,
+            host=socket.gethostname(),
+            parent_run_id=parent_run_id,
+        )
+    spent = await journal.spend_totals(task_id)
+    ledger = Ledger(task.budget, dict(spent))
+
+    async def record_spend(amounts: Mapping[str, float], kind: str, note: str = "") -> None:
+        if kind == "retune":
+            # A retuned limit is a journaled event with who and why, not spend.
+            await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
+        else:
+            # Written with the step that follows (or the effect's dispatch): one
+            # transaction a step, not one per reservation and settlement.
+            await journal.add_spend(task_id, run_id, amounts, kind, note, defer=True)
+
+    async def group_started(pgid: int, command: str) -> None:
+        await journal.record_process(run_id, pgid, command)
+
+    async def group_ended(pgid: int, how: str) -> None:
+        await journal.end_process(run_id, pgid, how)
+
+    groups = ProcessGroups(on_start=group_started, on_end=group_ended)
+    context = ToolContext(
+        workspace=Workspace.at(task.workspace),
+        command_time_limit=task.command_time_limit,
+        groups=groups,
+        # Marks every child, so a successor can find what a dead host left running.
+        env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
+    )
+    hasher = TreeHasher(task.workspace, task.ignore)
+    judge = Judge(
+        task=task.facts(),
+        policy=task.policy,
+        digest=await anyio.to_thread.run_sync(hasher.digest),
+        contract_version=task.contract_version,
+    )
+    greeting = ""
+    effects = EffectLedger()
+    step_base = 0
+    if inherits and not takeover:
+        await _close_interrupted(journal, task_id, run_id)
+    if not inherits:
+        baseline = hasher.files()
+        await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
+    else:
+        history = await load_history(journal, task_id, None if takeover else run_id, judge)
+        baseline, greeting = history.baseline, history.summary
+        effects = await load_effects(journal, task_id)
+        step_base = history.steps
+    if actor_spec is not None:
+        await journal.add_note(run_id, "actor", dict(actor_spec))
+
+    inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
+    obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
+    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
+    acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
+    actor_scope = anyio.CancelScope()
+    controller = Controller(
+        task=task,
+        run_id=run_id,
+        task_id=task_id,
+        epoch=epoch,
+        journal=journal,
+        judge=judge,
+        registry=registry,
+        context=context,
+        hasher=hasher,
+        inbox=inbox_rx,
+        to_actor=obs_tx,
+        to_verifier=ver_tx,
+        to_accountant=acc_tx,
+        actor_scope=actor_scope,
+        on_step=on_step,
+        estimate=getattr(actor, "estimate", None),
+        baseline=baseline,
+        effects=effects,
+        step_base=step_base,
+    )
+    controller.remaining = ledger.remaining()
+    if takeover:
+        # The same run goes on under a new epoch: its step numbers go on too.
+        controller.step = len(await journal.steps(run_id))
+
+    if controller.estimate is not None:
+        # A model with no known or declared price fails here, before anything runs.
+        controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
+
+    async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
+        with actor_scope:
+            await run_actor(actor, obs_rx, proposals)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(actor_task, inbox_tx.clone())
+            tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
+            tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
+            inbox_tx.close()
+            try:
+                async with inbox_rx, obs_tx, ver_tx, acc_tx:
+                    await controller.run(greeting)
+            finally:
+                # Ending a run ends its children: nothing is orphaned.
+                with anyio.move_on_after(10, shield=True):
+                    await groups.terminate_all()
+                actor_scope.cancel()
+    except BaseExceptionGroup as group:
+        # One proctor error (a lost lease's fence, a broken journal) is the run's
+        # error: the caller sees it as such, not wrapped in a group.
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], ProctorError):
+            raise leaves[0] from group
+        raise
+
+    handoff = controller.handoff
+    assert judge.disposition is not None
+    assert handoff is not None
+    current = controller.final_digest
+    log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
+    return RunResult(
+        run_id=run_id,
+        task_id=task_id,
+        disposition=judge.disposition,
+        stop_reason=judge.stop_reason,
+        candidate=Candidate(current),
+        evidence=tuple(controller.evidence),
+        handoff=handoff,
+        steps=controller.step,
+        journal=str(journal.path),
+    )

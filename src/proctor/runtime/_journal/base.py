@@ -1,0 +1,318 @@
+"""
+The journal's interface and its records: what every backend promises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import (
+    Mapping,
+    Sequence,
+)
+from typing import Any, Literal, Protocol, Self
+
+import attrs
+
+__all__ = (
+    "CLOSE_LIMIT",
+    "Claimed",
+    "DURABLE",
+    "EFFECT_STATES",
+    "EffectRow",
+    "JournalLike",
+    "MIN_PREFIX",
+    "ProcessRow",
+    "QUEUED",
+    "RUNNING",
+    "RunRow",
+    "SPEND_KINDS",
+    "SYNCHRONOUS",
+    "Synchronous",
+)
+
+
+#: The states of an effect in the ledger, in the order an effect may pass through them.
+EFFECT_STATES: tuple[str, ...] = (
+    "planned",
+    "dispatched",
+    "confirmed",
+    "failed",
+    "uncertain",
+    "reconciled_applied",
+    "reconciled_not_applied",
+    "escalated",
+)
+
+#: The kinds of spend rows: a reservation before spend, its settlement or
+#: release after, and a direct charge with no reservation.
+SPEND_KINDS: tuple[str, ...] = ("reserve", "settle", "release", "charge")
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+SYNCHRONOUS: tuple[str, ...] = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: The levels at which every commit is already durable.
+DURABLE: tuple[str, ...] = ("FULL", "EXTRA")
+
+
+#: The shortest run-id prefix :meth:`Journal.get_run` accepts.
+MIN_PREFIX = 6
+
+#: The longest a close waits for an operation in flight to finish.
+CLOSE_LIMIT = 30.0
+
+RUNNING = "running"
+QUEUED = "queued"
+
+
+# --------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class RunRow:
+    """
+    One run as the journal holds it.
+
+    Args:
+        run_id: the run.
+        task_id: the task it works on.
+        parent_run_id: the run it resumes, if any.
+        epoch: its ownership epoch; writes from another epoch are fenced.
+        status: ``running``, or the terminal disposition.
+        disposition: the terminal disposition, or None while running.
+        stop_reason: the unstructured stop reason, once ended.
+        policy: the policy's settings.
+        policy_version: the policy's version.
+        host: the host that runs it.
+        started_at: when it started (seconds since the epoch).
+        ended_at: when it ended, or None.
+        candidate_digest: the digest of the final candidate, if any.
+        handoff: what the run hands to whoever recovers it.
+        goal: the task's goal.
+        steps: how many steps are journaled.
+        owner: the worker that holds or last held its lease, if it was claimed.
+        lease_until: when that lease expires (seconds since the epoch, by the
+            database's clock), or None when the run holds no lease.
+    """
+
+    run_id: str
+    task_id: str
+    parent_run_id: str | None
+    epoch: int
+    status: str
+    disposition: str | None
+    stop_reason: dict[str, Any] | None
+    policy: dict[str, Any]
+    policy_version: str
+    host: str
+    started_at: float
+    ended_at: float | None
+    candidate_digest: str | None
+    handoff: dict[str, Any] | None
+    goal: str
+    steps: int
+    owner: str | None = None
+    lease_until: float | None = None
+
+
+@attrs.frozen
+class Claimed:
+    """
+    A run a worker has claimed: it now owns the run under ``epoch`` until its lease expires.
+
+    Args:
+        run_id: the run.
+        task_id: its task.
+        epoch: the worker's epoch: every fenced write passes it.
+        previous_epoch: the run's epoch before the claim: 0 for a queued run never
+            claimed before, otherwise the epoch of the owner whose lease expired
+            or who released it (the run is being resumed).
+    """
+
+    run_id: str
+    task_id: str
+    epoch: int
+    previous_epoch: int
+
+
+@attrs.frozen
+class EffectRow:
+    """
+    One effect in the ledger.
+
+    Args:
+        key: its idempotency key.
+        run_id: the run that last dispatched it.
+        task_id: its task.
+        step: the step that last dispatched it.
+        tool: the tool.
+        target: what it acts on (a path, a URL, a resource).
+        args_hash: the digest of its arguments.
+        state: one of :data:`EFFECT_STATES`.
+        created_at: when it was first recorded.
+        updated_at: when its state last changed.
+        outcome: what settled it, if anything did.
+    """
+
+    key: str
+    run_id: str
+    task_id: str
+    step: int
+    tool: str
+    target: str
+    args_hash: str
+    state: str
+    created_at: float
+    updated_at: float
+    outcome: dict[str, Any] | None
+
+
+@attrs.frozen
+class ProcessRow:
+    """
+    One child process group of a run.
+
+    Args:
+        run_id: the run.
+        pgid: its process group id.
+        command: the command it runs.
+        started_at: when it started.
+        ended_at: when it ended, or None while it may still run.
+        how: how it ended (``exited``, ``terminated``, ``killed``, ...).
+    """
+
+    run_id: str
+    pgid: int
+    command: str
+    started_at: float
+    ended_at: float | None
+    how: str | None
+
+
+# --------------------------------------------------------------------------------------
+# The interface both backends implement
+# --------------------------------------------------------------------------------------
+
+
+class JournalLike(Protocol):
+    """
+    What the runtime needs from a journal, whichever database holds it.
+
+    :class:`Journal` (SQLite) and :class:`~proctor.runtime._journal.postgres.PgJournal`
+    (PostgreSQL) implement it with the same arguments, results, errors and fences;
+    :func:`open_journal` returns one or the other. See :class:`Journal` for each
+    method's contract.
+    """
+
+    @property
+    def path(self) -> str:
+        """Where the journal is: a file, or a URL without its password."""
+        ...
+
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def put_task(
+        self, task_id: str, goal: str, spec: dict[str, Any], contract_version: str
+    ) -> None: ...
+    async def get_task(self, task_id: str) -> dict[str, Any]: ...
+
+    async def create_run(
+        self,
+        run_id: str,
+        task_id: str,
+        *,
+        policy: dict[str, Any],
+        policy_version: str,
+        host: str,
+        parent_run_id: str | None = None,
+    ) -> int: ...
+    async def end_run(
+        self,
+        run_id: str,
+        epoch: int,
+        *,
+        disposition: str,
+        stop_reason: dict[str, Any] | None,
+        candidate_digest: str | None,
+        handoff: dict[str, Any] | None,
+    ) -> None: ...
+    async def get_run(self, run_id: str) -> RunRow: ...
+    async def list_runs(self, limit: int = 50) -> list[RunRow]: ...
+    async def runs_of_task(self, task_id: str) -> list[RunRow]: ...
+
+    async def submit_run(
+        self, run_id: str, task_id: str, *, policy: dict[str, Any], policy_version: str
+    ) -> None: ...
+    async def claim_run(self, worker: str, lease_seconds: float) -> Claimed | None: ...
+    async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool: ...
+    async def release_run(self, run_id: str, epoch: int) -> None: ...
+
+    async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> int: ...
+    async def append_steps(
+        self, run_id: str, epoch: int, records: Sequence[Mapping[str, Any]]
+    ) -> None: ...
+    async def steps(self, run_id: str, *, after: int = 0) -> list[dict[str, Any]]: ...
+    async def ending_step(self, run_id: str) -> dict[str, Any] | None: ...
+
+    async def record_dispatch(
+        self,
+        *,
+        run_id: str,
+        epoch: int,
+        key: str,
+        task_id: str,
+        step: int,
+        tool: str,
+        target: str,
+        args_hash: str,
+    ) -> None: ...
+    async def settle_effect(
+        self,
+        key: str,
+        state: str,
+        outcome: dict[str, Any] | None,
+        *,
+        run_id: str | None = None,
+        epoch: int | None = None,
+    ) -> None: ...
+    async def effects(
+        self,
+        *,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        states: Sequence[str] | None = None,
+    ) -> list[EffectRow]: ...
+
+    async def add_evidence(self, run_id: str, task_id: str, record: Mapping[str, Any]) -> None: ...
+    async def evidence(
+        self, *, run_id: str | None = None, task_id: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    async def add_spend(
+        self,
+        task_id: str,
+        run_id: str,
+        amounts: Mapping[str, float],
+        kind: str,
+        note: str = "",
+        *,
+        defer: bool = False,
+    ) -> None: ...
+    async def spend_totals(
+        self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
+    ) -> dict[str, float]: ...
+
+    async def record_process(self, run_id: str, pgid: int, command: str) -> None: ...
+    async def end_process(self, run_id: str, pgid: int, how: str) -> None: ...
+    async def processes(self, run_id: str) -> list[ProcessRow]: ...
+
+    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None: ...
+    async def notes(
+        self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]: ...
+    async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None: ...
+    async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None: ...
+    async def snapshot(self, run_id: str) -> dict[str, Any] | None: ...
+
+    async def integrity_check(self) -> str: ...

@@ -1,0 +1,68 @@
+"""
+Open a journal: the only module that knows both backends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import (
+    AsyncIterator,
+)
+
+from proctor._errors import (
+    ConfigError,
+)
+from proctor.runtime._journal.base import JournalLike, Synchronous
+from proctor.runtime._journal.sqlite import Journal
+
+__all__ = (
+    "is_postgres_url",
+    "open_journal",
+)
+
+
+#: The URL schemes that select the PostgreSQL journal.
+_POSTGRES_SCHEMES: tuple[str, ...] = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(target: str | os.PathLike[str]) -> bool:
+    """Return whether ``target`` names a PostgreSQL journal (a ``postgresql://`` URL)."""
+    return os.fspath(target).lower().startswith(_POSTGRES_SCHEMES)
+
+
+@contextlib.asynccontextmanager
+async def open_journal(
+    target: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
+) -> AsyncIterator[JournalLike]:
+    """
+    Open a journal for the body of an ``async with`` and close it after.
+
+    Args:
+        target: a ``postgresql://`` (or ``postgres://``) URL for the PostgreSQL
+            journal (:class:`~proctor.runtime._journal.postgres.PgJournal`); anything else
+            is the path of a SQLite file (:class:`Journal`).
+        synchronous: as for :meth:`Journal.open` and ``PgJournal.open``.
+
+    Raises:
+        ConfigError: a PostgreSQL URL, and asyncpg is not installed.
+    """
+    journal: JournalLike
+    if is_postgres_url(target):
+        # Imported here: asyncpg is loaded only by those who use PostgreSQL.
+        try:
+            from proctor.runtime._journal.postgres import PgJournal
+        except ModuleNotFoundError as exc:
+            if exc.name != "asyncpg":
+                raise
+            raise ConfigError(
+                "a postgresql:// journal needs the asyncpg package: "
+                "pip install 'proctor[postgresql]' (or asyncpg)"
+            ) from exc
+        journal = await PgJournal.open(os.fspath(target), synchronous=synchronous)
+    else:
+        journal = await Journal.open(target, synchronous=synchronous)
+    try:
+        yield journal
+    finally:
+        await journal.close()

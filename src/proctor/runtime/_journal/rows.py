@@ -1,0 +1,309 @@
+"""
+Backend-neutral row codecs, argument checks and refusal diagnosis, shared by both backends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import (
+    Iterable,
+    Mapping,
+)
+from typing import Any
+
+import structlog
+
+from proctor._errors import (
+    ConfigError,
+    FencedError,
+)
+from proctor.runtime._journal.base import EFFECT_STATES, QUEUED, SPEND_KINDS, EffectRow, RunRow
+from proctor.runtime._records import Disposition
+
+log = structlog.get_logger()
+
+__all__ = (
+    "DISPOSITIONS",
+    "STEP_FIELDS",
+    "STEP_KNOWN",
+    "SpendRecord",
+    "check_lease",
+    "check_worker",
+    "clean",
+    "dump",
+    "dump_opt",
+    "effect_row",
+    "fenced_error",
+    "load",
+    "load_opt",
+    "note_records",
+    "record_field",
+    "run_row",
+    "settle_fence",
+    "spend_records",
+    "step_params",
+    "step_record",
+    "task_record",
+)
+
+
+# --------------------------------------------------------------------------------------
+# Row and value helpers
+# --------------------------------------------------------------------------------------
+
+DISPOSITIONS: tuple[str, ...] = tuple(d.value for d in Disposition)
+
+STEP_FIELDS: tuple[str, ...] = (
+    "trace_id",
+    "step",
+    "kind",
+    "action",
+    "tool_status",
+    "result_fingerprint",
+    "state_version",
+    "state_delta",
+    "remaining",
+    "decision",
+    "progress",
+    "reason",
+    "stop_reason",
+    "disposition",
+    "policy_version",
+    "at",
+)
+STEP_KNOWN = frozenset((*STEP_FIELDS, "run_id", "event"))
+
+
+#: A spend row: task, run, dimension, amount, kind, note, time.
+SpendRecord = tuple[str, str, str, float, str, str, float]
+
+
+def spend_records(
+    task_id: str, run_id: str, amounts: Mapping[str, float], kind: str, note: str
+) -> list[SpendRecord]:
+    """
+    The rows of one spend record, one per dimension, as both backends write them.
+
+    Raises:
+        ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount is
+            not a finite number.
+    """
+    if kind not in SPEND_KINDS:
+        raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
+    now = time.time()
+    rows: list[SpendRecord] = []
+    for dimension, amount in amounts.items():
+        value = float(amount)
+        if not math.isfinite(value):
+            raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
+        rows.append((task_id, run_id, dimension, value, kind, note, now))
+    return rows
+
+
+def _valid(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def dump(value: Any) -> str:
+    """
+    JSON for a text column. Text that is not valid Unicode (a lone surrogate, which
+    JSON from an agent may carry) is kept exactly, as an escape.
+    """
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if _valid(text) else json.dumps(value, separators=(",", ":"))
+
+
+def clean(text: str) -> str:
+    """A plain text column holds valid Unicode: a lone surrogate becomes U+FFFD."""
+    if _valid(text):
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def dump_opt(value: Any) -> str | None:
+    return None if value is None else dump(value)
+
+
+def load(text: str) -> Any:
+    return json.loads(text)
+
+
+def load_opt(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def fenced_error(
+    where: str, run_id: str, epoch: int, status: str, current: int, what: str
+) -> FencedError:
+    """Say why a fenced write was refused, and log it."""
+    if current != epoch:
+        why = f"its epoch is {current}, the writer's is {epoch}"
+    elif status == QUEUED:
+        why = "it is queued: claim it first"
+    else:
+        why = f"it has ended ({status})"
+    log.warning("journal.fenced", run_id=run_id, epoch=epoch, refused=what, why=why)
+    return FencedError(f"journal {where}: {what} of run {run_id} refused: {why}")
+
+
+def settle_fence(state: str, run_id: str | None, epoch: int | None) -> bool:
+    """Check the arguments of ``settle_effect``; return whether the write is fenced."""
+    if state not in EFFECT_STATES:
+        raise ConfigError(f"effect state must be one of {', '.join(EFFECT_STATES)}, got {state!r}")
+    if (run_id is None) != (epoch is None):
+        raise ConfigError("settle_effect fences by run_id and epoch together: give both or neither")
+    return run_id is not None
+
+
+def check_worker(worker: str) -> None:
+    if not worker:
+        raise ConfigError("a claim needs a worker name, got an empty one")
+
+
+def check_lease(lease_seconds: float) -> None:
+    if not (math.isfinite(lease_seconds) and lease_seconds >= 0):
+        raise ConfigError(
+            f"a lease lasts a finite, non-negative number of seconds, got {lease_seconds!r}"
+        )
+
+
+def record_field(record: Mapping[str, Any], name: str, what: str) -> Any:
+    try:
+        return record[name]
+    except KeyError:
+        raise ConfigError(f"{what} record lacks the field {name!r}") from None
+
+
+def step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str, Any]:
+    """Flatten a trace record into the parameters of ``_Sql.append_step``."""
+    params = {name: record_field(record, name, "step") for name in STEP_FIELDS}
+    own = record.get("run_id", run_id)
+    if own != run_id:
+        raise ConfigError(f"step {params['step']} belongs to run {own!r}, not to run {run_id!r}")
+    params["run_id"] = run_id
+    params["epoch"] = epoch
+    params["state_delta"] = dump(params["state_delta"])
+    params["remaining"] = dump(params["remaining"])
+    params["stop_reason"] = dump_opt(params["stop_reason"])
+    params["progress"] = bool(params["progress"])
+    params["reason"] = clean(str(params["reason"]))
+    params["event"] = dump_opt(record.get("event"))
+    # Fields this schema has no column for yet are kept, not dropped.
+    extra = {key: value for key, value in record.items() if key not in STEP_KNOWN}
+    params["extra"] = dump(extra) if extra else None
+    return params
+
+
+def step_record(row: Any) -> dict[str, Any]:
+    """Rebuild a trace record from a row of ``_Sql.steps``."""
+    (
+        trace_id,
+        run_id,
+        step,
+        kind,
+        action,
+        tool_status,
+        result_fingerprint,
+        state_version,
+        state_delta,
+        remaining,
+        decision,
+        progress,
+        reason,
+        stop_reason,
+        disposition,
+        policy_version,
+        at,
+        event,
+        extra,
+    ) = row
+    record = {
+        "trace_id": trace_id,
+        "run_id": run_id,
+        "step": step,
+        "kind": kind,
+        "action": action,
+        "tool_status": tool_status,
+        "result_fingerprint": result_fingerprint,
+        "state_version": state_version,
+        "state_delta": load(state_delta),
+        "remaining": load(remaining),
+        "decision": decision,
+        "progress": bool(progress),
+        "reason": reason,
+        "stop_reason": load_opt(stop_reason),
+        "disposition": disposition,
+        "policy_version": policy_version,
+        "at": at,
+        "event": load_opt(event),
+    }
+    if extra is not None:
+        record.update(load(extra))
+    return record
+
+
+def task_record(row: Any) -> dict[str, Any]:
+    """A tasks row, as both backends select it, as plain data."""
+    tid, goal, spec, contract_version, created_at = row
+    return {
+        "task_id": tid,
+        "goal": goal,
+        "spec": load(spec),
+        "contract_version": contract_version,
+        "created_at": created_at,
+    }
+
+
+def note_records(rows: Iterable[Any]) -> list[dict[str, Any]]:
+    """Notes rows, as both backends select them, as plain data (bodies decoded)."""
+    return [
+        {"id": nid, "run_id": rid, "kind": kind, "body": load(body), "at": at}
+        for nid, rid, kind, body, at in rows
+    ]
+
+
+def effect_row(row: Any) -> EffectRow:
+    """An effects row, as both backends select it, as a record."""
+    return EffectRow(
+        key=row[0],
+        run_id=row[1],
+        task_id=row[2],
+        step=row[3],
+        tool=row[4],
+        target=row[5],
+        args_hash=row[6],
+        state=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        outcome=load_opt(row[10]),
+    )
+
+
+def run_row(row: Any) -> RunRow:
+    """Build a :class:`RunRow` from a row of ``RUN_COLUMNS``."""
+    return RunRow(
+        run_id=row[0],
+        task_id=row[1],
+        parent_run_id=row[2],
+        epoch=row[3],
+        status=row[4],
+        disposition=row[5],
+        stop_reason=load_opt(row[6]),
+        policy=load(row[7]),
+        policy_version=row[8],
+        host=row[9],
+        started_at=row[10],
+        ended_at=row[11],
+        candidate_digest=row[12],
+        handoff=load_opt(row[13]),
+        goal=row[14],
+        steps=row[15],
+        owner=row[16],
+        lease_until=row[17],
+    )
