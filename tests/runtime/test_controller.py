@@ -3,6 +3,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -24,7 +25,17 @@ from proctor import (
     ToolCall,
     run,
 )
-from proctor.runtime import ObservationKind, open_journal
+from proctor.runtime import (
+    Effect,
+    ObservationKind,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    ToolSpec,
+    ToolStatus,
+    open_journal,
+)
 from proctor.runtime._tools.process import group_alive
 
 PY = sys.executable
@@ -314,3 +325,47 @@ async def test_wall_clock_deadline_ends_a_slow_actor(tmp_path: Path) -> None:
     assert result.disposition is Disposition.BUDGET_EXHAUSTED
     assert result.stop_reason is not None
     assert result.stop_reason.limit == "wall_seconds"
+
+
+async def test_a_custom_effectful_tool_is_refused_on_a_protected_path_at_dispatch(
+    tmp_path: Path,
+) -> None:
+    # The controller and the decision core read one set of declarations: a
+    # registered tool that writes a path is fenced like write_file, before it runs.
+    root = _project(tmp_path / "p")
+    ran: list[dict[str, object]] = []
+
+    async def overwrite(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+        ran.append(args)
+        target = ctx.workspace.resolve(str(args["path"]))
+        target.write_text(str(args["text"]))
+        return ToolResult(ToolStatus.OK, "written")
+
+    spec = ToolSpec(
+        "overwrite",
+        Effect.WRITE,
+        parameters={
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+            "required": ["path", "text"],
+        },
+        targets=("path",),
+        paths=("path",),
+        changes_candidate=True,
+    )
+    registry = ToolRegistry.builtin()
+    registry.register(Tool(spec, overwrite))
+    cheat = ToolCall("overwrite", {"path": "tests/test_calc.py", "text": "def test_add(): pass\n"})
+    builtin = ToolCall("write_file", {"path": "tests/test_calc.py", "content": "x = 1\n"})
+    result = await run(
+        _task(root), ScriptedActor([cheat, builtin, Completion()]), tmp_path / "j", tools=registry
+    )
+    assert ran == []
+    assert "assert add(2, 3) == 5" in (root / "tests" / "test_calc.py").read_text()
+    steps = await _steps(tmp_path / "j", result.run_id)
+    assert [s["decision"] for s in steps[:2]] == ["refuse", "refuse"]
+    reasons = [str(s["reason"]) for s in steps[:2]]
+    assert reasons[0] == reasons[1]
+    assert reasons[0].startswith("protected: tests/test_calc.py")
+    async with open_journal(tmp_path / "j") as j:
+        assert await j.effects(run_id=result.run_id) == []

@@ -22,6 +22,7 @@ from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime._progress.judge import TaskFacts
 from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
+from proctor.runtime._tools.spec import ToolSpec, spec_for
 from proctor.verifiers._candidate import DEFAULT_IGNORE
 from proctor.verifiers._checks import CommandCheck, contract_version
 from proctor.verifiers._more_checks import Check, FileCheck, JudgeCheck, ScopeCheck
@@ -152,13 +153,22 @@ class Task:
         """A digest of the contract's content."""
         return contract_version(self.contract())
 
-    def facts(self) -> TaskFacts:
-        """What the decision core needs to know of this task."""
+    def facts(self, tools: Iterable[ToolSpec] = ()) -> TaskFacts:
+        """
+        What the decision core needs to know of this task.
+
+        Args:
+            tools: the declarations of the tools on offer (``ToolRegistry.specs()``):
+                the controller and the decision core read the same ones, so a
+                registered tool that writes a path is fenced like ``write_file``.
+                Declarations equal to the built-in ones add nothing.
+        """
         return TaskFacts(
             kind=self.kind,
             checks=tuple(c.name for c in self.all_checks() if c.required),
             protected=self.protected,
             required_files=self.required_files,
+            tools={spec.name: spec for spec in tools if spec != spec_for(spec.name)},
         )
 
     def describe(self) -> dict[str, Any]:

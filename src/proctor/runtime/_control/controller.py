@@ -418,7 +418,7 @@ class Controller:
             if note["kind"] != "amend":
                 continue
             self.task = apply_amendment(self.task, body)
-            self.judge.amend(self.task.facts(), self.task.contract_version)
+            self.judge.amend(self.task.facts(self.registry.specs()), self.task.contract_version)
             await self.journal.put_task(
                 self.task_id, self.task.goal, self.task.describe(), self.task.contract_version
             )

@@ -269,7 +269,7 @@ async def _run(
     )
     hasher = TreeHasher(task.workspace, task.ignore)
     judge = Judge(
-        task=task.facts(),
+        task=task.facts(registry.specs()),
         policy=task.policy,
         digest=await anyio.to_thread.run_sync(hasher.digest),
         contract_version=task.contract_version,
