@@ -6,6 +6,8 @@ external verifier judges a frozen candidate; a budget accountant keeps spend
 outside the model.
 """
 
+# Imported before anything logs: the library never writes to stdout (see _logging).
+from proctor import _logging as _logging
 from proctor._errors import ActorError as ActorError
 from proctor._errors import BudgetError as BudgetError
 from proctor._errors import ConfigError as ConfigError

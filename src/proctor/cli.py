@@ -69,7 +69,7 @@ def _configure_logging(level: str) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # The logger factory stays proctor's own: stderr (see proctor._logging).
         cache_logger_on_first_use=False,
     )
 
