@@ -403,6 +403,33 @@ def _workset(p: Params) -> list[Figure]:
     ]
 
 
+def _ledger(p: Params) -> list[Figure]:
+    from benchmarks import bench_ledger as bl
+
+    small, large = bl.SIZES[0], bl.SIZES[-1 if not p.quick else 1]
+    at = {
+        size: _per_rep(p.reps, lambda _, s=size: statistics.median(bl.time_steps(s)))
+        for size in (small, large)
+    }
+    ratios = tuple(b / a for a, b in zip(at[small], at[large], strict=True))
+    return [
+        Figure(
+            "ledger.step",
+            f"Effect ledger: plan, dispatch and settle one effect at {large:,} effects of history",
+            "µs",
+            at[large],
+            note=f"median of {bl.STEPS:,} steps per repetition",
+        ),
+        Figure(
+            "ledger.ratio",
+            f"Effect ledger: cost at {large:,} / cost at {small:,} effects of history",
+            "x",
+            ratios,
+            goal=("<=", 1.1),
+        ),
+    ]
+
+
 def _budget(p: Params) -> list[Figure]:
     import anyio
     from benchmarks import bench_budget as bb
@@ -629,6 +656,7 @@ BENCHMARKS: dict[str, Callable[[Params], list[Figure]]] = {
     "dispatch": _dispatch,
     "progress": _progress,
     "workset": _workset,
+    "ledger": _ledger,
     "budget": _budget,
     "concurrency": _concurrency,
     "resume": _resume,

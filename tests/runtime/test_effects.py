@@ -338,6 +338,25 @@ class LedgerMachine(RuleBasedStateMachine):
             self.seen[record.key] = record.state
 
     @invariant()
+    def indexes_agree_with_a_scan(self) -> None:
+        # The ledger answers from indexes; a scan of every record is the truth.
+        records = self.ledger.records()
+        assert len(self.ledger) == len(records)
+        for target in TARGETS:
+            for key in (None, *KEYS):
+                holding = [
+                    r
+                    for r in records
+                    if r.target == target
+                    and r.key != key
+                    and r.state in (S.UNCERTAIN, S.DISPATCHED)
+                ]
+                assert self.ledger.blocks(target, key) == (holding[0] if holding else None)
+        uncertain = [r for r in records if r.state is S.UNCERTAIN]
+        assert self.ledger.uncertain() == uncertain
+        assert self.ledger.open_targets() == {r.target for r in uncertain}
+
+    @invariant()
     def one_holder_per_target(self) -> None:
         records = self.ledger.records()
         for target in TARGETS:

@@ -586,7 +586,7 @@ class Controller:
         """
         # The sequence counts the task's effects (the ledger holds every one the
         # journal knows of): a key is never reused, even for a step a dead host lost.
-        self._sequence = max(self._sequence, len(self.effects.records())) + 1
+        self._sequence = max(self._sequence, len(self.effects)) + 1
         key = idempotency_key(self.task_id, self.step_base + self.step + 1, self._sequence)
         refusal = await self._plan_effect(call, spec, key)
         if isinstance(refusal, Refused):

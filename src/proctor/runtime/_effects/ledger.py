@@ -378,6 +378,40 @@ class EffectLedger:
     """
 
     _records: dict[str, EffectRecord] = attrs.field(factory=dict, init=False)
+    # Indexes kept by _index, so that admission and dispatch look up what holds
+    # a target instead of scanning every effect of the task's history: the keys
+    # of the effects in a holding state per target, and the keys by state for
+    # the states a run asks about (dicts: ordered sets, in planning order).
+    _holding: dict[Target, dict[str, None]] = attrs.field(factory=dict, init=False)
+    _by_state: dict[EffectState, dict[str, None]] = attrs.field(
+        factory=lambda: {_S.DISPATCHED: {}, _S.UNCERTAIN: {}}, init=False
+    )
+    # Each key's place in planning order, which the lists above are reported in.
+    _order: dict[str, int] = attrs.field(factory=dict, init=False)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _index(self, record: EffectRecord, old: EffectState | None) -> None:
+        """Keep the indexes in step with ``record``, whose state was ``old`` (None: new)."""
+        self._records[record.key] = record
+        if old is None:
+            self._order.setdefault(record.key, len(self._order))
+        new = record.state
+        if old is new:
+            return
+        if old is not None:
+            if old in self._by_state:
+                self._by_state[old].pop(record.key, None)
+            if old in _HOLDING and new not in _HOLDING:
+                holders = self._holding[record.target]
+                holders.pop(record.key, None)
+                if not holders:
+                    del self._holding[record.target]
+        if new in self._by_state:
+            self._by_state[new][record.key] = None
+        if new in _HOLDING and (old is None or old not in _HOLDING):
+            self._holding.setdefault(record.target, {})[record.key] = None
 
     @classmethod
     def from_records(cls, records: Iterable[EffectRecord]) -> EffectLedger:
@@ -394,7 +428,7 @@ class EffectLedger:
         for record in records:
             if record.key in ledger._records:
                 raise EffectError(f"effect {record.key} appears twice among the records")
-            ledger._records[record.key] = record
+            ledger._index(record, None)
         return ledger
 
     def get(self, key: str) -> EffectRecord | None:
@@ -427,10 +461,15 @@ class EffectLedger:
             target: the target of the write to be sent.
             key: the key of that write; its own effect never blocks it.
         """
-        for record in self._records.values():
-            if record.target == target and record.key != key and record.state in _HOLDING:
-                return record
+        for holder in self._holding.get(target, ()):
+            if holder != key:
+                return self._records[holder]
         return None
+
+    def _in_state(self, state: EffectState) -> list[EffectRecord]:
+        """The effects in ``state`` (one the ledger indexes), in planning order."""
+        keys = sorted(self._by_state[state], key=self._order.__getitem__)
+        return [self._records[key] for key in keys]
 
     def _check_free(self, target: Target, key: str) -> None:
         holder = self.blocks(target, key)
@@ -496,12 +535,12 @@ class EffectLedger:
             state=_S.PLANNED,
             intended_digest=intended_digest,
         )
-        self._records[key] = record
+        self._index(record, None)
         return record
 
     def _move(self, record: EffectRecord, new: EffectState) -> EffectRecord:
         moved = attrs.evolve(record, state=transition(record.state, new))
-        self._records[record.key] = moved
+        self._index(moved, record.state)
         log.debug("effect.transition", key=record.key, old=record.state.value, new=new.value)
         return moved
 
@@ -536,11 +575,11 @@ class EffectLedger:
 
     def open_targets(self) -> set[Target]:
         """Return the targets that have an ``uncertain`` effect."""
-        return {r.target for r in self._records.values() if r.state is _S.UNCERTAIN}
+        return {self._records[key].target for key in self._by_state[_S.UNCERTAIN]}
 
     def uncertain(self) -> list[EffectRecord]:
         """Return the ``uncertain`` effects, in the order they were planned."""
-        return [r for r in self._records.values() if r.state is _S.UNCERTAIN]
+        return self._in_state(_S.UNCERTAIN)
 
     def recover_open(self) -> list[EffectRecord]:
         """
@@ -550,11 +589,7 @@ class EffectLedger:
         effects, and what ending a run does with the dispatches still open:
         nobody knows whether they happened.
         """
-        moved = []
-        for record in list(self._records.values()):
-            if record.state is _S.DISPATCHED:
-                moved.append(self._move(record, _S.UNCERTAIN))
-        return moved
+        return [self._move(record, _S.UNCERTAIN) for record in self._in_state(_S.DISPATCHED)]
 
 
 # --- reconciliation ----------------------------------------------------------------
