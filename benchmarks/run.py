@@ -25,6 +25,7 @@ The benchmarks (``--only NAME``):
 - ``progress``: the progress check at 100 and 100,000 steps of history
   (``bench_progress``);
 - ``workset``: the distinct-work fingerprint (``bench_workset``);
+- ``ledger``: the effect ledger at long effect histories (``bench_ledger``);
 - ``budget``: one budget reservation round trip (``bench_budget``);
 - ``concurrency``: 1,000 concurrent runs in one process (``bench_concurrency``);
 - ``resume``: resume of a run with 100,000 steps of history (``bench_resume``);
@@ -407,10 +408,11 @@ def _ledger(p: Params) -> list[Figure]:
     from benchmarks import bench_ledger as bl
 
     small, large = bl.SIZES[0], bl.SIZES[-1 if not p.quick else 1]
-    at = {
-        size: _per_rep(p.reps, lambda _, s=size: statistics.median(bl.time_steps(s)))
-        for size in (small, large)
-    }
+
+    def at_size(size: int) -> tuple[float, ...]:
+        return _per_rep(p.reps, lambda _: statistics.median(bl.time_steps(size)))
+
+    at = {size: at_size(size) for size in (small, large)}
     ratios = tuple(b / a for a, b in zip(at[small], at[large], strict=True))
     return [
         Figure(
