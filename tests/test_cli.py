@@ -106,6 +106,14 @@ def test_export_replays_to_the_same_decisions(
     live = [(s["decision"], bool(s["progress"])) for s in shown["steps"] if s["event"] is not None]
     offline = [(s["decision"], s["progress"]) for s in document["steps"]]
     assert offline == live
+    # Every action names the workspace's digest after it, as the live run measured it;
+    # the last is the candidate the run completed with.
+    events = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()[1:]]
+    actions = [e for e in events if e["type"] == "action"]
+    assert actions
+    assert all(isinstance(e.get("candidate"), str) and e["candidate"] for e in actions)
+    assert len({e["candidate"] for e in actions}) >= 2
+    assert actions[-1]["candidate"] == shown["handoff"]["candidate_digest"]
 
 
 def test_unknown_run_is_a_clear_error(tmp_path: Path) -> None:

@@ -12,7 +12,13 @@ from proctor._errors import ConfigError
 from proctor.runtime._progress import policy as _policy
 from proctor.runtime._progress.policy import POLICY_CODE_VERSION, Policy
 
-_INTS = ("stall_threshold", "identical_response_threshold", "poll_limit", "rescue_limit")
+_INTS = (
+    "stall_threshold",
+    "identical_response_threshold",
+    "poll_limit",
+    "failure_window",
+    "rescue_limit",
+)
 
 
 def test_all_names_exist_and_are_documented() -> None:
@@ -37,6 +43,7 @@ def test_settings_are_plain_data() -> None:
         "stall_threshold": 4,
         "identical_response_threshold": 3,
         "poll_limit": 20,
+        "failure_window": 20,
         "rescue_limit": 0,
         "refuse_repeats": True,
     }

@@ -214,6 +214,35 @@ EXPECTED: dict[str, Expect] = {
     # The write of event 3 puts back exactly the content read at event 1: no file's
     # content changed, so the candidate judged at event 2 is the current one.
     "read_then_identical_write": _completed(4),
+    # -- additions since the first version of the contract ----------------------------
+    # `changed: true` (a `sed -i`): a new candidate, so the failure of events 1-3 starts
+    # counting again at event 5; without the mark, event 5 is its 4th occurrence.
+    "changed_shell_edit_restarts_failure_count": _open(progress={4: True, 5: False}),
+    "changed_control_unmarked_shell_edit": _failure(5),
+    # The same `sed -i` repeated: each is a new candidate, none is progress (the
+    # outcome decides, and it repeats); events 3-6 stall.
+    "changed_alone_is_not_progress": _stall(6, progress={2: True, 3: False}),
+    # Evidence from before a `changed` action is stale; without the mark it is current.
+    "changed_makes_evidence_stale": _open(),
+    "changed_control_unmarked_evidence_current": _completed(3),
+    # `candidate`: stated digests replace the replay's model. Returning to one seen
+    # before is a cycle (events 3-6), evidence binds to the stated digest, and a
+    # write whose stated digest is unchanged leaves the evidence current.
+    "candidate_return_is_a_cycle": _stall(6, progress={1: True, 2: True, 3: False}),
+    "candidate_verdict_current": _completed(3),
+    "candidate_verdict_stale": _open(),
+    "candidate_write_stated_unchanged": _completed(3, progress={2: False}),
+    # `failure_window`: with a window of 10, failures at 1, 4, 7, 10 stop the run; at
+    # 1, 5, 9, 13 the first has left the window by the fourth. The default window of
+    # 20 lets occurrences at 1, 9, 17, 25 pass; a window of 0 counts them all.
+    "failure_window_within": _failure(10),
+    "failure_window_outside": _open(progress={13: False}),
+    "failure_window_default_expires": _open(),
+    "failure_window_zero_counts_all": _failure(25),
+    # A failure with empty output is keyed with its command: five different searches
+    # that find nothing are five dead ends; one search spelled four ways is one.
+    "empty_output_distinct_searches": _open(progress={4: True, 5: True}),
+    "empty_output_same_search_repeated": _failure(4),
 }
 
 

@@ -515,11 +515,14 @@ class Controller:
                 if isinstance(item, Act)
                 else ToolResult(ToolStatus.REFUSED, f"refused: {item.reason}")
             )
+        candidate = self.judge.digest
         rulings = self.judge.round(items)
         last: Ruling | None = None
         for item, result, ruling in zip(items, results, rulings, strict=True):
             action = normalized_action(item.call)
-            event = _action_event(item.call, result, round_id)
+            if isinstance(item, Act) and item.after != item.before:
+                candidate = item.after
+            event = _action_event(item.call, result, round_id, candidate)
             await self._record("action", ruling, action=action, result=result, event=event)
             last = ruling
         if self.judge.terminal:

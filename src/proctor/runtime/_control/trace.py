@@ -51,7 +51,9 @@ def _describe(call: ToolCall, result: ToolResult) -> str:
     return f"{head}\n{_excerpt(result.output)}" if result.output else head
 
 
-def _action_event(call: ToolCall, result: ToolResult, round_id: str | None) -> dict[str, Any]:
+def _action_event(
+    call: ToolCall, result: ToolResult, round_id: str | None, candidate: str | None = None
+) -> dict[str, Any]:
     event: dict[str, Any] = {
         "type": "action",
         "tool": call.tool,
@@ -66,6 +68,9 @@ def _action_event(call: ToolCall, result: ToolResult, round_id: str | None) -> d
         event["round"] = round_id
     if call.poll:
         event["poll"] = True
+    if candidate is not None:
+        # The workspace's digest after the action, exactly: a replay needs no model.
+        event["candidate"] = candidate
     return event
 
 

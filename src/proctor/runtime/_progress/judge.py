@@ -40,6 +40,7 @@ from proctor.runtime._progress.normalize import (
     failure_signature,
     fingerprint,
     normalize_command,
+    normalize_output,
     normalize_path,
     response_fingerprint,
 )
@@ -75,7 +76,7 @@ __all__ = (
 )
 
 #: The layout of :meth:`Judge.snapshot`; a snapshot of another layout is refused.
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 
 SignalName = Literal["stop_signal", "user_stop", "deadline"]
 
@@ -145,12 +146,18 @@ class Act:
         result: what the tool returned.
         before: the candidate digest before the call.
         after: the candidate digest after it.
+        changed: the call may have changed the workspace in a way nobody measured
+            (a trajectory's ``changed: true``): ``after`` is then a new state equal
+            to no earlier one, which alone is not progress (the call's own outcome
+            decides), but it makes earlier evidence stale and same-candidate
+            failure counts start again.
     """
 
     call: ToolCall
     result: ToolResult
     before: str
     after: str
+    changed: bool = False
 
 
 @attrs.frozen
@@ -270,6 +277,12 @@ def _strs(value: Any) -> list[str]:
     return [_str(item) for item in value]
 
 
+def _ints(value: Any) -> list[int]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of whole numbers, got {str(value)[:80]}")
+    return [_int(item) for item in value]
+
+
 def _pairs(value: Any, size: int) -> list[list[Any]]:
     if not isinstance(value, list) or not all(
         isinstance(v, list) and len(v) == size for v in value
@@ -317,7 +330,10 @@ class _Window:
     last_response: str | None = None
     # hash of an action -> (its last output fingerprint, how many times in a row)
     polls: dict[int, tuple[str, int]] = attrs.field(factory=dict)
-    failures: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    # (candidate, failure signature) -> the iterations it occurred at, the latest few
+    failures: dict[tuple[str, str], deque[int]] = attrs.field(factory=dict)
+    # Iterations decided in this window (a round, a message, a claim, a verdict).
+    iteration: int = 0
     tool_streaks: dict[str, int] = attrs.field(factory=dict)
     # hash of an action -> hash of its first outcome while every call since gave that
     # outcome, 0 once one did not. Hashes (64 bits) keep it small: an action's
@@ -525,6 +541,7 @@ class Judge:
         if self.disposition is not None:
             return [self._after_end(item.call) for item in items]
         w = self._window
+        w.iteration += 1
         results: list[tuple[bool | None, str, dict[str, Any], str | None, str]] = []
         failures_hit: set[tuple[str, str]] = set()
         for item in items:
@@ -587,11 +604,14 @@ class Judge:
             delta["candidate"] = act.after
             new_state = act.after not in w.seen
             w.seen[act.after] = None
-            w.work.add("state", act.after)
-            self._shape(khash, act.after)
-            if not new_state:
-                return False, "the candidate returned to an earlier state (a cycle)", delta, fp
-            return True, "new candidate", delta, fp
+            if not act.changed:
+                w.work.add("state", act.after)
+                self._shape(khash, act.after)
+                if not new_state:
+                    return False, "the candidate returned to an earlier state (a cycle)", delta, fp
+                return True, "new candidate", delta, fp
+            # A change nobody measured: the evidence and the same-candidate counts of
+            # the old candidate no longer apply, but the call's outcome decides progress.
 
         if is_infrastructure_error(result):
             return (
@@ -633,6 +653,10 @@ class Judge:
         signature = failure_signature(result.output, result.exit_code)
         # The same dead end reached by another spelling of a command is one failure.
         fkey = signature if call.tool == "run_command" else f"{call.tool}:{signature}"
+        if not normalize_output(result.output).strip():
+            # Nothing says which dead end this was (a search that found nothing, a test
+            # that was false): the call names it. Another search is other work.
+            fkey = f"{fkey}:{digest(key)}"
         self._shape(khash, fkey)
         new = w.work.add("failure", fkey)
         self._failure(fkey, failures_hit)
@@ -681,11 +705,40 @@ class Judge:
         return None
 
     def _failure(self, signature: str, hit: set[tuple[str, str]]) -> None:
-        entry = (self.digest, signature)
+        self._occurred((self.digest, signature), hit)
+
+    def _occurred(self, entry: tuple[str, str], hit: set[tuple[str, str]]) -> None:
         if entry in hit:  # parallel calls in one round count once
             return
         hit.add(entry)
-        self._window.failures[entry] = self._window.failures.get(entry, 0) + 1
+        w = self._window
+        seen = w.failures.get(entry)
+        if seen is None:
+            # Only the latest ``stall_threshold`` occurrences can make a stop.
+            seen = w.failures[entry] = deque(maxlen=max(self.policy.stall_threshold, 1))
+        seen.append(w.iteration)
+
+    def failure_count(self, entry: tuple[str, str]) -> int:
+        """How many times a (candidate, failure signature) occurred within the failure window."""
+        return len(self.failure_iterations(entry))
+
+    def failure_iterations(self, entry: tuple[str, str]) -> list[int]:
+        """
+        The iterations of the current window at which a (candidate, failure signature)
+        occurred and that still count (the latest ``stall_threshold``, within the
+        failure window).
+        """
+        w = self._window
+        seen = w.failures.get(entry, ())
+        window = self.policy.failure_window
+        if not window:
+            return list(seen)
+        return [i for i in seen if i > w.iteration - window]
+
+    @property
+    def iteration(self) -> int:
+        """The iterations decided in the current window (rounds, messages, claims, verdicts)."""
+        return self._window.iteration
 
     def _shape(self, khash: int, outcome: str) -> None:
         self._window.shapes.append((khash, outcome))
@@ -708,13 +761,18 @@ class Judge:
         threshold = self.policy.stall_threshold
         if threshold == 0:
             return None
-        for entry in failures_hit:
-            count = w.failures.get(entry, 0)
+        for entry in sorted(failures_hit):
+            count = self.failure_count(entry)
             if count >= threshold:
+                within = (
+                    f" within the last {self.policy.failure_window} iterations"
+                    if self.policy.failure_window
+                    else ""
+                )
                 return self._maybe_rescue(
                     "repeated_failure",
-                    f"the same failure occurred {count} times on one candidate, however the "
-                    "command was spelled",
+                    f"the same failure occurred {count} times on one candidate{within}, "
+                    "however the command was spelled",
                     evidence=(f"candidate:{entry[0]}", f"failure:{entry[1]}"),
                 )
         if w.stall >= threshold:
@@ -795,6 +853,7 @@ class Judge:
         if self.disposition is not None:
             return Ruling(Decision.REFUSE, False, "the run has ended; the message changes nothing")
         w = self._window
+        w.iteration += 1
         threshold = self.policy.identical_response_threshold
         fp = response_fingerprint(message.text)
         if fp == w.last_response:
@@ -873,6 +932,7 @@ class Judge:
         """Decide an escalation claim: it must name its condition, evidence and reason."""
         if self.disposition is not None:
             return Ruling(Decision.REFUSE, False, "the run has ended; the claim changes nothing")
+        self._window.iteration += 1
         missing = [
             name
             for name, value in (
@@ -909,6 +969,7 @@ class Judge:
         if self.disposition is not None:
             return Ruling(Decision.CONTINUE, False, "evidence after the end is kept, not decided")
         w = self._window
+        w.iteration += 1
         key = (verdict.digest, verdict.contract)
         self.evidence.setdefault(key, {})[verdict.check] = verdict.passed
         self.state_version += 1
@@ -929,9 +990,7 @@ class Judge:
             repeated = self._last_failure.get(verdict.check) == fkey
             self._last_failure[verdict.check] = fkey
             hit: set[tuple[str, str]] = set()
-            entry = (verdict.digest, fkey)
-            hit.add(entry)
-            w.failures[entry] = w.failures.get(entry, 0) + 1
+            self._occurred((verdict.digest, fkey), hit)
             if not stale and self.policy.stall_threshold:
                 stop = self._no_progress_stop(hit)
                 if stop is not None:
@@ -1045,7 +1104,8 @@ class Judge:
                 "same_response": w.same_response,
                 "last_response": w.last_response,
                 "polls": [[f"{k:016x}", fp, n] for k, (fp, n) in w.polls.items()],
-                "failures": [[d, sig, n] for (d, sig), n in w.failures.items()],
+                "failures": [[d, sig, list(seen)] for (d, sig), seen in w.failures.items()],
+                "iteration": w.iteration,
                 "tool_streaks": [[tool, n] for tool, n in w.tool_streaks.items()],
                 "outcome_actions": _pack64(list(w.outcomes)),
                 "outcome_values": _pack64(list(w.outcomes.values())),
@@ -1093,8 +1153,7 @@ class Judge:
             setattr(self, name, value)
         self._window = window
 
-    @staticmethod
-    def _decode(data: Mapping[str, Any]) -> tuple[dict[str, Any], _Window]:
+    def _decode(self, data: Mapping[str, Any]) -> tuple[dict[str, Any], _Window]:
         """Decode and check every part of a snapshot before anything is replaced."""
         disposition = data["disposition"]
         stop_reason = data["stop_reason"]
@@ -1119,6 +1178,7 @@ class Judge:
             "fetched": set(_strs(data["fetched"])),
         }
         w = data["window"]
+        depth = max(self.policy.stall_threshold, 1)
         keys, values = _unpack64(w["outcome_actions"]), _unpack64(w["outcome_values"])
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} actions with {len(values)} outcomes")
@@ -1129,7 +1189,11 @@ class Judge:
             same_response=_int(w["same_response"]),
             last_response=_opt_str(w["last_response"]),
             polls={int(k, 16): (_str(fp), _int(n)) for k, fp, n in _pairs(w["polls"], 3)},
-            failures={(_str(d), _str(s)): _int(n) for d, s, n in _pairs(w["failures"], 3)},
+            failures={
+                (_str(d), _str(s)): deque((_int(i) for i in _ints(seen)), maxlen=depth)
+                for d, s, seen in _pairs(w["failures"], 3)
+            },
+            iteration=_int(w["iteration"]),
             tool_streaks={_str(t): _int(n) for t, n in _pairs(w["tool_streaks"], 2)},
             outcomes=dict(zip(keys, values, strict=True)),
             last_idle_action=_opt_str(w["last_idle_action"]),

@@ -19,7 +19,7 @@ from proctor.runtime._progress.normalize import canonical_json, digest
 __all__ = ("POLICY_CODE_VERSION", "Policy")
 
 #: Bumped whenever the decision code changes what it decides for some input.
-POLICY_CODE_VERSION = "2026.11.1"
+POLICY_CODE_VERSION = "2026.12.1"
 
 
 def _at_least(minimum: int) -> Any:
@@ -54,6 +54,8 @@ class Policy:
             run. 0 disables; 1 is rejected.
         poll_limit: how many times in a row a declared poll may return the same
             successful outcome before it counts as an ordinary repetition.
+        failure_window: how many recent iterations the same-failure count looks
+            at: an occurrence older than that no longer counts. 0: all of them.
         rescue_limit: how many rescue instructions may precede a ``no_progress``
             stop while required files are still missing.
         refuse_repeats: refuse an exact repeat of a call that made no progress
@@ -65,6 +67,7 @@ class Policy:
     stall_threshold: int = attrs.field(default=4, validator=_at_least(0))
     identical_response_threshold: int = attrs.field(default=3, validator=_identical)
     poll_limit: int = attrs.field(default=20, validator=_at_least(1))
+    failure_window: int = attrs.field(default=20, validator=_at_least(0))
     rescue_limit: int = attrs.field(default=0, validator=_at_least(0))
     refuse_repeats: bool = True
 

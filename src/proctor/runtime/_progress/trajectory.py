@@ -56,7 +56,7 @@ _MASK = (1 << 128) - 1
 _STATUS = {"ok": ToolStatus.OK, "error": ToolStatus.ERROR, "timeout": ToolStatus.UNCERTAIN}
 _SIGNALS = ("user_stop", "stop_signal", "deadline")
 _EVENT_KEYS: dict[str, tuple[str, ...]] = {
-    "action": ("type", "tool", "args", "result", "round", "poll"),
+    "action": ("type", "tool", "args", "result", "round", "poll", "changed", "candidate"),
     "message": ("type", "kind", "text", "sources", "blockers"),
     "verdict": ("type", "check", "passed", "of_event", "output"),
     "signal": ("type", "name"),
@@ -258,6 +258,11 @@ def _parse_event(obj: Any, index: int) -> Event:
         if rnd is not None and (isinstance(rnd, bool) or not isinstance(rnd, int | str)):
             raise _fail(line, f"round must be a number or a string, got {json.dumps(rnd)}")
         _bool(obj.get("poll", False), line, "poll")
+        _bool(obj.get("changed", False), line, "changed")
+        if "candidate" in obj:
+            candidate = _string(obj["candidate"], line, "candidate")
+            if not candidate:
+                raise _fail(line, "candidate must be a workspace digest, not an empty string")
     elif kind == "message":
         _choice(
             _need(obj, "kind", line, what), [k.value for k in MessageKind], line, "message kind"
@@ -364,11 +369,32 @@ class FileModel:
     _sum: int = 0
     _seen: set[str] = attrs.field(factory=set)
     _known: dict[str, str] = attrs.field(factory=dict)
+    # A digest the trajectory stated (``candidate``) or a state nobody measured
+    # (``changed``), and the sum the model had then: later writes are relative to it.
+    _base: str | None = None
+    _base_sum: int = 0
 
     @property
     def digest(self) -> str:
         """The candidate digest of the model."""
-        return f"{self._sum:032x}"
+        if self._base is None:
+            return f"{self._sum:032x}"
+        if self._sum == self._base_sum:
+            return self._base
+        return digest(f"{self._base}\0{self._sum:032x}")
+
+    def place(self, candidate: str) -> None:
+        """The workspace is now exactly ``candidate`` (a digest the trajectory states)."""
+        self._base, self._base_sum = candidate, self._sum
+
+    def touch(self, tag: str) -> None:
+        """
+        The workspace changed in a way nobody measured: a new state, equal to no
+        earlier one (``tag`` makes it unique). What files held at the start is no
+        longer known.
+        """
+        self.place(digest(f"changed\0{tag}\0{self.digest}"))
+        self._known.clear()
 
     def exists(self, path: str) -> bool:
         """Whether the file is known to exist (seen written, edited or read)."""
@@ -539,7 +565,10 @@ def drive(
                     continue
                 result = _result(event.data)
                 before = judge.digest
-                items.append(Act(call, result, before, candidates.apply(call, result, event)))
+                after = candidates.apply(call, result, event)
+                # A stated digest is exact; ``changed`` alone says only that something moved.
+                opaque = bool(event.data.get("changed")) and "candidate" not in event.data
+                items.append(Act(call, result, before, after, changed=opaque))
             rulings = judge.round(items)
         else:
             rulings = [_decide(judge, group[0], candidates.judged(group[0]))]
@@ -570,6 +599,11 @@ def replay(trajectory: Trajectory) -> Replay:
     def apply(call: ToolCall, result: ToolResult, event: Event) -> str:
         if result.status is not ToolStatus.REFUSED:
             model.apply(call.tool, call.args, result)
+            stated = event.data.get("candidate")
+            if stated is not None:
+                model.place(stated)
+            elif event.data.get("changed"):
+                model.touch(str(event.index))
         digests.append(model.digest)
         return model.digest
 
