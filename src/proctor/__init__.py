@@ -19,6 +19,7 @@ from proctor._errors import RunNotFoundError as RunNotFoundError
 from proctor._errors import SchemaError as SchemaError
 from proctor._errors import SnapshotRefused as SnapshotRefused
 from proctor._errors import TrajectoryError as TrajectoryError
+from proctor._errors import TranscriptError as TranscriptError
 from proctor._errors import WorkspaceError as WorkspaceError
 from proctor.budgets import Budget as Budget
 from proctor.runtime import Actor as Actor
@@ -96,6 +97,7 @@ __all__ = (
     "ToolCall",
     "ToolResult",
     "TrajectoryError",
+    "TranscriptError",
     "WorkspaceError",
     "__version__",
     "amend",

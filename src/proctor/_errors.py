@@ -5,7 +5,8 @@ Every error proctor raises derives from :class:`ProctorError`::
 
     ProctorError
     ├── ConfigError (ValueError)         bad task file, policy or argument
-    │   └── TrajectoryError              a malformed recorded trajectory
+    │   ├── TrajectoryError              a malformed recorded trajectory
+    │   └── TranscriptError              another agent's transcript that is not what its format says
     ├── WorkspaceError (PermissionError)  a path outside the task's workspace
     ├── JournalError                     the journal could not be read or written
     │   ├── SchemaError                  the journal's schema is newer than this proctor
@@ -31,6 +32,7 @@ __all__ = (
     "SchemaError",
     "SnapshotRefused",
     "TrajectoryError",
+    "TranscriptError",
     "WorkspaceError",
 )
 
@@ -60,6 +62,21 @@ class TrajectoryError(ConfigError):
     def __init__(self, message: str, line: int | None = None) -> None:
         self.line = line
         super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+class TranscriptError(ConfigError):
+    """
+    Another agent's transcript that is not what its format says.
+
+    Args:
+        path: the file.
+        where: the line, event or field (``line 12``, ``messages[3].content``).
+        expected: what would have been accepted there.
+    """
+
+    def __init__(self, path: object, where: str, expected: str) -> None:
+        self.path, self.where, self.expected = str(path), where, expected
+        super().__init__(f"{self.path}: {where}: expected {expected}")
 
 
 class WorkspaceError(ProctorError, PermissionError):

@@ -22,10 +22,16 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from proctor._errors import ConfigError, ProctorError, RunNotFoundError
+from proctor._errors import ConfigError, ProctorError, RunNotFoundError, TranscriptError
 from proctor.runtime._control.run import run as run_task
+from proctor.runtime._importers import FORMATS, import_file
 from proctor.runtime._journal import open_journal
-from proctor.runtime._progress.trajectory import diff_replays, read_trajectory, replay
+from proctor.runtime._progress.trajectory import (
+    diff_replays,
+    parse_trajectory,
+    read_trajectory,
+    replay,
+)
 from proctor.runtime._records import Decision, Disposition, TraceRecord
 from proctor.runtime._task import ActorSpec, load_task
 
@@ -402,7 +408,15 @@ def _policy_file(path: Path) -> dict[str, Any]:
     help="A TOML file with policy settings ([policy] table) that replace the header's.",
 )
 @click.option("--diff", is_flag=True, help="With --policy: show where the two policies differ.")
-def replay_command(trajectory: Path, as_json: bool, policy_path: Path | None, diff: bool) -> None:
+@click.option(
+    "--explain",
+    "explain_stop",
+    is_flag=True,
+    help="For a stop: the rule that fired, the events it counted, what would have reset it.",
+)
+def replay_command(
+    trajectory: Path, as_json: bool, policy_path: Path | None, diff: bool, explain_stop: bool
+) -> None:
     """Decide, offline, what the controller would have done with a recorded trajectory."""
     if diff and policy_path is None:
         _fail("--diff needs --policy OTHER.toml to compare with")
@@ -440,7 +454,10 @@ def replay_command(trajectory: Path, as_json: bool, policy_path: Path | None, di
         return
     result = replay(other or base)
     if as_json:
-        click.echo(json.dumps(result.to_json()))
+        document = result.to_json()
+        if explain_stop:
+            document["explain"] = result.explanation
+        click.echo(json.dumps(document))
         return
     click.echo(f"disposition: {result.disposition}")
     if result.stop_reason:
@@ -450,6 +467,78 @@ def replay_command(trajectory: Path, as_json: bool, policy_path: Path | None, di
     for s in result.steps:
         if s.decision is not Decision.CONTINUE:
             click.echo(f"  event {s.index}: {s.decision.value}  {s.reason}")
+    if explain_stop:
+        _print_explanation(result.explanation)
+
+
+def _print_explanation(explanation: dict[str, Any] | None) -> None:
+    if explanation is None:
+        click.echo("explain:     the controller did not stop; nothing to explain")
+        return
+    click.echo(f"explain:     rule {explanation['rule']}: {explanation['message']}")
+    if explanation.get("threshold") is not None:
+        window = explanation.get("failure_window")
+        extra = (
+            f", failure window {window or 'none (0)'}" if "failure_window" in explanation else ""
+        )
+        click.echo(f"  threshold {explanation['threshold']}{extra}")
+    click.echo("  counted:")
+    for item in explanation["counted"]:
+        click.echo(f"    event {item['event']} ({item['decision']}): {item['what']}")
+        click.echo(f"      {item['reason']}")
+    if explanation["would_reset"]:
+        click.echo("  would have reset it:")
+        for text in explanation["would_reset"]:
+            click.echo(f"    - {text}")
+
+
+@main.command("import")
+@click.argument("first", metavar="[FORMAT]")
+@click.argument("second", metavar="FILE", required=False)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", *FORMATS]),
+    help="The transcript's format (the same as the FORMAT argument); default auto.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here.")
+@click.option(
+    "--index",
+    type=click.IntRange(min=0),
+    help="Which run of a file that holds several (OpenHands output.jsonl, Inspect logs).",
+)
+def import_command(
+    first: str, second: str | None, fmt: str | None, output: Path | None, index: int | None
+) -> None:
+    """
+    Convert another agent's transcript (FORMAT: auto, sweagent, mini, openhands, claude, codex,
+    gemini or inspect) into a trajectory that `proctor replay` reads.
+    """
+    if second is None:
+        path, chosen = Path(first), fmt or "auto"
+    else:
+        if first not in ("auto", *FORMATS):
+            _fail(f"FORMAT {first!r}: expected one of auto, {', '.join(FORMATS)}")
+        if fmt is not None and fmt != first:
+            _fail(f"FORMAT {first!r} and --format {fmt!r} disagree: give one of them")
+        path, chosen = Path(second), first
+    try:
+        header, events = import_file(path, chosen, **({} if index is None else {"index": index}))
+    except TranscriptError as exc:
+        _fail(str(exc))
+        return
+    lines = [json.dumps(header, ensure_ascii=False)]
+    lines += [json.dumps(event, ensure_ascii=False) for event in events]
+    try:
+        # What an importer writes must be a trajectory the replay reads.
+        parse_trajectory(lines)
+    except ConfigError as exc:  # pragma: no cover - a defect of an importer
+        _fail(f"{path}: the conversion is not a valid trajectory ({exc}); please report it")
+    text = "\n".join(lines) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
 
 
 @main.command("amend")

@@ -13,6 +13,10 @@ from proctor.runtime._hosting.resume import resume as resume
 from proctor.runtime._hosting.worker import WorkerStats as WorkerStats
 from proctor.runtime._hosting.worker import submit as submit
 from proctor.runtime._hosting.worker import work as work
+from proctor.runtime._importers import FORMATS as TRANSCRIPT_FORMATS
+from proctor.runtime._importers import detect_format as detect_format
+from proctor.runtime._importers import import_file as import_transcript
+from proctor.runtime._importers import shell_may_change as shell_may_change
 from proctor.runtime._journal import Claimed as Claimed
 from proctor.runtime._journal import Journal as Journal
 from proctor.runtime._journal import JournalLike as JournalLike
@@ -102,6 +106,7 @@ __all__ = (
     "ScriptedActor",
     "StopReason",
     "Task",
+    "TRANSCRIPT_FORMATS",
     "TaskFacts",
     "Tool",
     "ToolCall",
@@ -113,6 +118,8 @@ __all__ = (
     "TraceRecord",
     "WorkerStats",
     "amend",
+    "detect_format",
+    "import_transcript",
     "load_gateway_task",
     "load_script",
     "load_task",
@@ -124,6 +131,7 @@ __all__ = (
     "retune",
     "run",
     "serve_gateway",
+    "shell_may_change",
     "submit",
     "work",
 )

@@ -394,6 +394,11 @@ class Judge:
         return self._window.stall
 
     @property
+    def same_responses(self) -> int:
+        """How many identical responses in a row the current window has seen."""
+        return self._window.same_response
+
+    @property
     def work_items(self) -> int:
         """How many distinct work items the current window holds."""
         return len(self._window.work)

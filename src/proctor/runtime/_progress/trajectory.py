@@ -43,6 +43,7 @@ __all__ = (
     "Trajectory",
     "diff_replays",
     "drive",
+    "explain",
     "parse_trajectory",
     "read_trajectory",
     "replay",
@@ -132,6 +133,8 @@ class Replay:
     policy_version: str
     steps: tuple[Step, ...]
     message: str = ""
+    #: For a stop: the rule that fired, the events it counted, what would have reset it.
+    explanation: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the ``proctor replay --json`` document."""
@@ -619,8 +622,10 @@ def replay(trajectory: Trajectory) -> Replay:
     steps: list[Step] = []
     stopped_at: int | None = None
     candidates = Candidates(lambda call, event: judge.admit(call), apply, judged)
+    trail = _Trail()
     for event, ruling in drive(judge, trajectory.events, candidates):
         steps.append(Step(event.index, ruling.decision, ruling.progress, ruling.reason))
+        trail.note(judge, event, steps[-1])
         if ruling.decision is Decision.STOP:
             stopped_at = event.index
     reason = judge.stop_reason
@@ -632,7 +637,145 @@ def replay(trajectory: Trajectory) -> Replay:
         policy_version=header.policy.version,
         steps=tuple(steps),
         message=reason.message if reason else "",
+        explanation=trail.explain(judge, stopped_at) if stopped_at is not None else None,
     )
+
+
+@attrs.define(eq=False)
+class _Trail:
+    """What a replay keeps to explain a stop: which events each iteration was."""
+
+    # iteration of the current window -> (its events, the stall count after it)
+    iterations: dict[int, tuple[list[int], int]] = attrs.field(factory=dict)
+    messages: list[int] = attrs.field(factory=list)
+    steps: dict[int, Step] = attrs.field(factory=dict)
+    what: dict[int, str] = attrs.field(factory=dict)
+
+    def note(self, judge: Judge, event: Event, step: Step) -> None:
+        self.steps[event.index] = step
+        self.what[event.index] = _summary(event)
+        if event.type == "user":
+            self.iterations.clear()
+            self.messages.clear()
+            return
+        if event.type == "message":
+            self.messages.append(event.index)
+        if event.type == "signal":
+            return
+        entry = self.iterations.setdefault(judge.iteration, ([], 0))
+        entry[0].append(event.index)
+        self.iterations[judge.iteration] = (entry[0], judge.stall)
+
+    def _events(self, iterations: Sequence[int]) -> list[dict[str, Any]]:
+        out = []
+        for number in iterations:
+            for index in self.iterations.get(number, ([], 0))[0]:
+                out.append(self._item(index) | {"iteration": number})
+        return out
+
+    def _item(self, index: int) -> dict[str, Any]:
+        step = self.steps[index]
+        return {
+            "event": index,
+            "what": self.what[index],
+            "decision": step.decision.value,
+            "reason": step.reason,
+        }
+
+    def explain(self, judge: Judge, stopped_at: int) -> dict[str, Any]:
+        reason = judge.stop_reason
+        code = reason.code if reason else ""
+        policy = judge.policy
+        out: dict[str, Any] = {
+            "rule": code,
+            "message": reason.message if reason else "",
+            "stopped_at": stopped_at,
+        }
+        if code == "repeated_failure" and reason is not None:
+            found = dict(item.split(":", 1) for item in reason.evidence if ":" in item)
+            entry = (found.get("candidate", ""), found.get("failure", ""))
+            counted = judge.failure_iterations(entry)
+            window = policy.failure_window
+            out["counted"] = self._events(counted)
+            out["threshold"] = policy.stall_threshold
+            out["failure_window"] = window
+            resets = [
+                "a change of the candidate between two occurrences (a write that changes "
+                "a file, an action marked `changed`, or another `candidate` digest)",
+                "a different failure: another signature (other error lines, another exit "
+                "code; for an empty output, another command)",
+                "a `user` instruction (a fresh window)",
+            ]
+            if window and counted:
+                first = self._events(counted[:1])
+                resets.insert(
+                    2,
+                    f"more than {window} iterations between the first counted occurrence "
+                    f"(event {first[0]['event'] if first else '?'}) and this one: it would "
+                    "have left the failure window",
+                )
+            out["would_reset"] = resets
+        elif code == "stall":
+            streak: list[int] = []
+            for number in sorted(self.iterations, reverse=True):
+                stall_after = self.iterations[number][1]
+                if stall_after == 0:
+                    break
+                earlier = self.iterations.get(number - 1, ([], 0))[1]
+                if stall_after > earlier:
+                    streak.append(number)
+            out["counted"] = self._events(sorted(streak)[-policy.stall_threshold :])
+            out["threshold"] = policy.stall_threshold
+            out["would_reset"] = [
+                "an iteration that makes progress: a call with a new (normalized) outcome, "
+                "a new candidate digest, a new failure signature, a changed poll outcome, "
+                "or a new verdict",
+                "a `user` instruction (a fresh window)",
+                "infrastructure errors neither count nor reset it",
+            ]
+        elif code == "identical_responses":
+            n = judge.same_responses
+            out["counted"] = [self._item(i) for i in self.messages[-n:]]
+            out["threshold"] = policy.identical_response_threshold
+            out["would_reset"] = [
+                "a message with another text (whitespace aside)",
+                "an action that makes progress",
+                "a `user` instruction (a fresh window)",
+            ]
+        else:
+            out["counted"] = [self._item(stopped_at)]
+            out["would_reset"] = []
+        return out
+
+
+def _summary(event: Event, limit: int = 80) -> str:
+    """A short description of an event, for a person reading an explanation."""
+    data = event.data
+    if event.type == "action":
+        args = data.get("args") or {}
+        shown = next(
+            (args[k] for k in ("cmd", "path", "url", "query") if isinstance(args.get(k), str)),
+            None,
+        )
+        text = f"{data['tool']} {shown}" if shown is not None else str(data["tool"])
+        result = data["result"]
+        code = result.get("exit_code")
+        text += f" -> {result['status']}" + (f" (exit {code})" if code is not None else "")
+    elif event.type == "message":
+        text = f"{data['kind']}: {' '.join(str(data.get('text', '')).split())}"
+    elif event.type == "verdict":
+        text = f"verdict {data['check']}: {'passed' if data['passed'] else 'failed'}"
+    else:
+        text = event.type
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def explain(trajectory: Trajectory) -> dict[str, Any] | None:
+    """
+    Replay a trajectory and explain its stop: the rule that fired, the events it
+    counted, and what would have reset it. None when the controller did not stop.
+    """
+    return replay(trajectory).explanation
 
 
 def _decide(judge: Judge, event: Event, judged: str) -> Ruling:
