@@ -369,3 +369,36 @@ async def test_a_custom_effectful_tool_is_refused_on_a_protected_path_at_dispatc
     assert reasons[0].startswith("protected: tests/test_calc.py")
     async with open_journal(tmp_path / "j") as j:
         assert await j.effects(run_id=result.run_id) == []
+
+
+async def test_live_searches_that_find_nothing_are_different_work(tmp_path: Path) -> None:
+    # `grep` finding nothing exits 1 with no output: each different search is its own
+    # dead end (the same search repeated is one), and a shell edit is a new candidate
+    # the live run measures, so the failure before it and after it are counted apart.
+    root = _project(tmp_path / "p")
+    searches = [
+        ToolCall("run_command", {"cmd": f"grep -rn {word} calc.py"})
+        for word in ("subtract", "multiply", "divide", "modulo", "power")
+    ]
+    pytest_call = ToolCall("run_command", {"cmd": f"{PY} -m pytest -q -p no:cacheprovider tests"})
+    edit = ToolCall(
+        "run_command", {"cmd": "sed -i 's/# end/# end./' calc.py; echo '# end' >> calc.py"}
+    )
+    script: list[Proposal] = [
+        *searches,
+        pytest_call,
+        pytest_call,
+        pytest_call,
+        edit,
+        pytest_call,
+        FIX,
+        Completion("fixed"),
+    ]
+    result = await run(_task(root), ScriptedActor(script), tmp_path / "j")
+    assert result.disposition is Disposition.COMPLETED
+    steps = await _steps(tmp_path / "j", result.run_id)
+    actions = [s for s in steps if s["kind"] == "action"]
+    assert [s["decision"] for s in actions[:5]] == ["continue"] * 5
+    candidates = [s["event"]["candidate"] for s in actions]  # type: ignore[index]
+    assert len(set(candidates[:8])) == 1
+    assert candidates[8] != candidates[7]  # the shell edit, measured

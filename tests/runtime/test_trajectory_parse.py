@@ -128,6 +128,23 @@ BAD: dict[str, Bad] = {
     "claim_status_unknown": Bad(
         [_line(HEADER), _line({"type": "claim", "status": "done", "condition": "c"})], 2
     ),
+    "changed_not_a_boolean": Bad(
+        [_line(HEADER), _line(ACTION), _line(_action(changed="yes"))], 3, ("changed",)
+    ),
+    "candidate_not_a_string": Bad(
+        [_line(HEADER), _line(_action(candidate=7))], 2, ("candidate", "string")
+    ),
+    "candidate_empty": Bad(
+        [_line(HEADER), _line(_action(candidate=""))], 2, ("candidate", "digest")
+    ),
+    "failure_window_negative": Bad(
+        [_line(_header(policy={"failure_window": -1})), _line(ACTION)], 1, ("failure_window",)
+    ),
+    "failure_window_not_a_number": Bad(
+        [_line(_header(policy={"failure_window": "20"})), _line(ACTION)],
+        1,
+        ("failure_window", "whole number"),
+    ),
 }
 
 
