@@ -24,7 +24,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import attrs
@@ -33,7 +33,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor import _channels as channels
-from proctor._errors import BudgetError, EffectError, FencedError, WorkspaceError
+from proctor._errors import BudgetError, EffectError, FencedError, ProctorError, WorkspaceError
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -41,9 +41,11 @@ from proctor.budgets._accountant import (
     Deadline,
     Denied,
     Granted,
+    Pause,
     Rejected,
     Release,
     Reserve,
+    Resume,
     Retuned,
     RetuneLimit,
     Settle,
@@ -95,7 +97,7 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, VerifyResult
 
-__all__ = ("Controller", "StepCallback")
+__all__ = ("Controller", "StepCallback", "StopRequest", "Wake")
 
 from proctor.runtime._control.trace import (
     _action_event,
@@ -108,7 +110,38 @@ from proctor.runtime._control.trace import (
 log = structlog.get_logger()
 
 StepCallback = Callable[[TraceRecord], None]
-Inbound = Proposal | ActorFinished | ActorCrashed | ActorSpend | VerifyResult | AccountantReply
+
+
+@attrs.frozen
+class StopRequest:
+    """
+    End the run ``stopped``: a signal to the host (``stop_signal``: SIGTERM) or a
+    person (``user_stop``: SIGINT, ``proctor stop``).
+    """
+
+    name: Literal["stop_signal", "user_stop"]
+    who: str = ""
+    why: str = ""
+
+
+@attrs.frozen
+class Wake:
+    """An operator's note is in the journal: read the notes before going on."""
+
+
+Inbound = (
+    Proposal
+    | ActorFinished
+    | ActorCrashed
+    | ActorSpend
+    | VerifyResult
+    | AccountantReply
+    | StopRequest
+    | Wake
+)
+
+#: The notes a person writes to a running run.
+OPERATOR_NOTES = ("stop", "amend", "retune-request", "answer", "approval")
 
 #: How many proposals an actor may still send after the run ended; each is refused.
 AFTER_END_LIMIT = 16
@@ -116,6 +149,16 @@ AFTER_END_LIMIT = 16
 AFTER_END_WAIT = 2.0
 #: How often a write found not applied is sent again (with the same key).
 MAX_EFFECT_RETRIES = 3
+
+
+def _claim_event(claim: Claim) -> dict[str, Any]:
+    return {
+        "type": "claim",
+        "status": claim.status,
+        "condition": claim.condition,
+        "evidence": list(claim.evidence),
+        "reason": claim.reason,
+    }
 
 
 def _call_amounts(call: ToolCall) -> dict[str, float]:
@@ -183,6 +226,13 @@ class Controller:
     _note: str = ""
     _actor_done: bool = False
     handoff: Handoff | None = None
+    #: How often the host says it is alive, and how often it reads operators' notes.
+    heartbeat_seconds: float = 5.0
+    poll_seconds: float = 0.5
+    _stop: StopRequest | None = None
+    _call_scope: anyio.CancelScope | None = None
+    _waiting: str | None = None
+    _watch_seen: int = 0
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -201,6 +251,9 @@ class Controller:
             message = await channels.receive(self.inbox)
             if isinstance(message, Deadline):
                 self._deadline = message
+                continue
+            if isinstance(message, StopRequest | Wake):
+                self._signal(message)
                 continue
             if isinstance(message, kinds) and getattr(message, "ref", None) == ref:
                 return message
@@ -314,21 +367,32 @@ class Controller:
 
     # -- the loop -----------------------------------------------------------------
 
-    async def run(self, greeting: str = "") -> None:
+    async def run(self, greeting: str = "", *, answer: str | None = None) -> None:
         """
         Drive the run until it has a disposition, then fence and drain.
 
         Args:
             greeting: for a resumed run, the summary of its history.
+            answer: for a resumed run, a person's answer to the question its
+                parent ended on: journaled as a ``user`` event, told to the actor.
         """
         greeting += await self._recover_effects()
+        if answer is not None:
+            ruling = attrs.evolve(self.judge.user(answer), reason=f"a person answered: {answer}")
+            await self._record("user", ruling, event={"type": "user", "text": answer})
+            greeting += f"\nA person answered the question the last run ended on:\n{answer}"
         intro = f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}"
         await self._observe(
             ObservationKind.RESUME if greeting else ObservationKind.START,
             f"{intro}\n{greeting}" if greeting else intro,
         )
         while not self.judge.terminal:
+            if self._stop is not None:
+                await self._stopped(self._stop)
+                continue
             await self._amendments()
+            if self.judge.terminal:
+                continue
             if self._deadline is not None:
                 await self._on_deadline(self._deadline)
                 continue
@@ -342,6 +406,8 @@ class Controller:
                 self._deadline = message
             elif isinstance(message, ActorFinished):
                 self._actor_done = True
+                if self._stop is not None:
+                    continue  # stopped: the actor went away because of it
                 await self._wrap_up(
                     lambda: self.judge.fail(
                         "actor_finished",
@@ -354,29 +420,73 @@ class Controller:
                 await self._record("ended", ruling, event=None)
             elif isinstance(message, ActorSpend):
                 await self._actor_spend(message)
+            elif isinstance(message, StopRequest | Wake):
+                self._signal(message)
             elif isinstance(message, ToolCall | Round | Message | Completion | Claim):
                 await self._proposal(message)
             # Stray replies (none are expected) are dropped.
         await self._end()
 
-    async def _retune(self, body: Mapping[str, Any]) -> None:
+    async def _retune(self, note_id: int, body: Mapping[str, Any]) -> None:
         """Hand an operator's change of limits to the accountant, one limit at a time."""
+        reasons: list[str] = []
+        applied = False
+        below: StopReason | None = None
         for dimension, limit in body["limits"].items():
             ref = self._next_ref()
             await self.to_accountant.send(
-                RetuneLimit(ref, dimension, float(limit), body["who"], body["why"])
+                RetuneLimit(
+                    ref,
+                    dimension,
+                    float(limit),
+                    body["who"],
+                    body["why"],
+                    below_spent=bool(body.get("below_spent", False)),
+                )
             )
             reply = await self._reply(ref, (Retuned, Rejected))
             if isinstance(reply, Retuned):
+                applied = True
                 self.remaining = reply.remaining
                 reason = (
                     f"{body['who']} set the {dimension} limit from {reply.retune.old:g} to "
                     f"{reply.retune.new:g}: {body['why']}"
                 )
+                left = reply.remaining.get(dimension)
+                if left is not None and left <= 0 and below is None:
+                    below = StopReason(
+                        code=f"limit:{dimension}",
+                        message=f"budget exhausted: {body['who']} lowered the {dimension} limit "
+                        f"to {reply.retune.new:g}, at or below what is spent: {body['why']}",
+                        owner="operator",
+                        limit=dimension,
+                        bound=reply.retune.new,
+                        scope="task",
+                    )
             else:
                 reason = f"the {dimension} limit was not changed: {reply.reason}"
             await self._record("retune", Ruling(Decision.CONTINUE, False, reason))
+            reasons.append(reason)
             self._note = reason
+        await self._answer_note(note_id, applied, "; ".join(reasons))
+        if below is not None:
+            exhausted = below
+            await self._wrap_up(
+                lambda: self.judge.exhausted(exhausted), {"type": "signal", "name": "deadline"}
+            )
+
+    async def _answer_note(self, note_id: int, applied: bool, message: str) -> None:
+        """Tell the operator who wrote note ``note_id`` what became of it."""
+        await self.journal.add_note(
+            self.run_id,
+            "reply",
+            {
+                "to": note_id,
+                "outcome": "applied" if applied else "refused",
+                "step": self.step,
+                "message": message,
+            },
+        )
 
     async def _actor_spend(self, spend: ActorSpend) -> None:
         """Settle what the actor's last turn used against what was reserved for it."""
@@ -412,12 +522,19 @@ class Controller:
         for note in notes:
             self._notes_seen = max(self._notes_seen, note["id"])
             body = note["body"]
+            if self.judge.terminal:
+                await self._answer_note(note["id"], False, "the run has ended")
+                continue
             if note["kind"] == "retune-request":
-                await self._retune(body)
+                await self._retune(note["id"], body)
                 continue
             if note["kind"] != "amend":
                 continue
-            self.task = apply_amendment(self.task, body)
+            try:
+                self.task = apply_amendment(self.task, body)
+            except ProctorError as exc:
+                await self._answer_note(note["id"], False, str(exc))
+                continue
             self.judge.amend(self.task.facts(self.registry.specs()), self.task.contract_version)
             await self.journal.put_task(
                 self.task_id, self.task.goal, self.task.describe(), self.task.contract_version
@@ -428,6 +545,215 @@ class Controller:
             )
             await self._record("amend", Ruling(Decision.CONTINUE, False, reason))
             self._note = reason
+            await self._answer_note(note["id"], True, reason)
+
+    # -- people in the loop ---------------------------------------------------------
+
+    def _signal(self, message: StopRequest | Wake) -> None:
+        """Take a stop request or a wake-up that arrived while waiting for something else."""
+        if isinstance(message, Wake):
+            self._notes_newest = None  # read the notes before the next step
+            return
+        # The design's precedence: an explicit stop signal outranks a user's stop.
+        if self._stop is None or (
+            self._stop.name == "user_stop" and message.name == "stop_signal"
+        ):
+            self._stop = message
+
+    def interrupt(self, request: StopRequest) -> None:
+        """
+        Stop the run: the call in flight (a long command) is interrupted and its
+        effect left uncertain; the controller ends the run ``stopped`` before its
+        next step. Safe to call from any task of the run's event loop.
+        """
+        self._signal(request)
+        if self._call_scope is not None:
+            self._call_scope.cancel()
+
+    async def _interruptible(self, call: ToolCall) -> ToolResult:
+        """Call a tool; a stop interrupts it, and its outcome is then uncertain."""
+        if self._stop is not None:
+            return ToolResult(ToolStatus.REFUSED, "refused: the run is stopping")
+        with anyio.CancelScope() as scope:
+            self._call_scope = scope
+            try:
+                return await call_tool(self.registry, self.context, call.tool, call.args)
+            finally:
+                self._call_scope = None
+        return ToolResult(
+            ToolStatus.UNCERTAIN,
+            "interrupted: the run was stopped while the call ran; its effect is uncertain",
+        )
+
+    async def _stopped(self, request: StopRequest) -> None:
+        """End the run ``stopped``, journaled with who stopped it and why."""
+        why = request.why.strip()
+        if request.who.strip():
+            why = f"{request.who.strip()}: {why}" if why else request.who.strip()
+        ruling = self.judge.signal(request.name, why)
+        await self._record("ended", ruling, event={"type": "signal", "name": request.name})
+
+    async def watch(self, inbox: ObjectSendStream[Inbound]) -> None:
+        """
+        Beat for the run's host and read the operators' notes, until cancelled.
+
+        Every ``heartbeat_seconds`` the journal hears that the host is alive (and
+        what the run waits for); every ``poll_seconds`` the run's new operator
+        notes are read: a stop interrupts the call in flight, any other note
+        wakes the controller if it waits for the actor, an answer or an approval.
+        """
+        async with inbox:
+            beat_due = time.monotonic() + self.heartbeat_seconds
+            while True:
+                await anyio.sleep(min(self.poll_seconds, max(0.0, beat_due - time.monotonic())))
+                try:
+                    if time.monotonic() >= beat_due:
+                        beat_due = time.monotonic() + self.heartbeat_seconds
+                        await self.journal.heartbeat(self.run_id, self.epoch, waiting=self._waiting)
+                    notes = await self.journal.notes(
+                        self.run_id, after=self._watch_seen, kinds=OPERATOR_NOTES
+                    )
+                except ProctorError as exc:
+                    log.warning("controller.watch_failed", error=str(exc))
+                    continue
+                for note in notes:
+                    self._watch_seen = max(self._watch_seen, note["id"])
+                    if note["kind"] == "stop":
+                        body = note["body"]
+                        request = StopRequest(
+                            "user_stop", str(body.get("who", "")), str(body.get("why", ""))
+                        )
+                        self.interrupt(request)
+                        await inbox.send(request)
+                    else:
+                        await inbox.send(Wake())
+
+    async def _beat(self) -> None:
+        """Say now what the run waits for (the heartbeat would say it later)."""
+        with contextlib.suppress(ProctorError):
+            await self.journal.heartbeat(self.run_id, self.epoch, waiting=self._waiting)
+
+    async def _wait_for(
+        self, kind: str, after: int, seconds: float, why: str
+    ) -> Mapping[str, Any] | None:
+        """
+        Wait, working time paused, for an operator's note of ``kind`` after note
+        ``after``; None when ``seconds`` passed, the run was stopped or the wall
+        clock ran out first (the controller then acts on that).
+        """
+        self._waiting = kind
+        await self._beat()
+        await channels.send(self.to_accountant, Pause(self._next_ref(), why))
+        try:
+            with anyio.move_on_after(seconds):
+                while True:
+                    found = await self.journal.notes(self.run_id, after=after, kinds=(kind,))
+                    if found:
+                        self._notes_seen = max(self._notes_seen, found[0]["id"])
+                        return dict(found[0]) | {"body": found[0]["body"]}
+                    message = await channels.receive(self.inbox)
+                    if isinstance(message, Deadline):
+                        self._deadline = message
+                        return None
+                    if isinstance(message, StopRequest):
+                        self._signal(message)
+                        return None
+                    if not isinstance(message, Wake):
+                        self._stash.append(message)
+            return None
+        finally:
+            with anyio.move_on_after(5, shield=True):
+                self._waiting = None
+                await channels.send(self.to_accountant, Resume(self._next_ref()))
+                await self._beat()
+
+    async def _ask(self, claim: Claim) -> None:
+        """
+        A ``needs_input`` claim that names what it must: journal the question and
+        wait for a person's answer; past the task's ``answer_wait`` the run ends
+        ``needs_input`` as the claim asked.
+        """
+        question = claim.condition.strip()
+        ruling = Ruling(
+            Decision.CONTINUE,
+            False,
+            f"waiting up to {self.task.answer_wait:g} s for an answer: {question}",
+        )
+        # No trajectory event: a recorded trajectory holds the answer (a user event)
+        # or, past the wait, the claim that ended the run.
+        await self._record("question", ruling, event=None)
+        asked = await self.journal.add_note(
+            self.run_id,
+            "question",
+            {
+                "condition": question,
+                "evidence": list(claim.evidence),
+                "reason": claim.reason,
+                "step": self.step,
+            },
+        )
+        note = await self._wait_for("answer", asked, self.task.answer_wait, f"answer: {question}")
+        if note is None:
+            if self._stop is not None or self._deadline is not None:
+                return
+            ruling = self.judge.claim(claim)
+            await self._record("claim", ruling, event=_claim_event(claim))
+            return
+        body = note["body"]
+        text, who = str(body.get("text", "")), str(body.get("who", "") or "a person")
+        ruling = attrs.evolve(self.judge.user(text), reason=f"{who} answered: {text}")
+        await self._record("user", ruling, event={"type": "user", "text": text})
+        await self._answer_note(note["id"], True, f"delivered to the actor at step {self.step}")
+        await self._observe(
+            ObservationKind.ANSWER, f"{who} answered your question ({question}):\n{text}"
+        )
+
+    def _approval_needed(self, call: ToolCall) -> bool:
+        if not self.task.approvals:
+            return False
+        return any(rule.matches(call.tool, self._target(call)) for rule in self.task.approvals)
+
+    def _target(self, call: ToolCall) -> str | None:
+        """What an approval pattern is matched against: the call's target argument."""
+        try:
+            spec = self.registry.spec(call.tool)
+        except (KeyError, ProctorError):
+            return None
+        for name in (*spec.targets, *spec.paths, *((spec.source,) if spec.source else ())):
+            value = call.args.get(name)
+            if isinstance(value, str):
+                return value
+        return None
+
+    async def _approval(self, call: ToolCall) -> str | None:
+        """Wait for a person to approve ``call``; the reason it is refused, or None."""
+        target = self._target(call)
+        shown = f"{call.tool} {target}" if target is not None else call.tool
+        request = await self.journal.add_note(
+            self.run_id,
+            "approval-request",
+            {"tool": call.tool, "args": call.args, "target": target, "step": self.step + 1},
+        )
+        log.info("controller.approval_requested", tool=call.tool, target=target)
+        note = await self._wait_for(
+            "approval", request, self.task.approval_wait, f"approval: {shown}"
+        )
+        if note is None:
+            if self._stop is not None or self._deadline is not None:
+                return f"approval: the run is ending; {shown} was not sent"
+            return (
+                f"approval: no one approved {shown} within {self.task.approval_wait:g} s; "
+                "the call was not sent"
+            )
+        body = note["body"]
+        who = str(body.get("who", "") or "an operator")
+        if body.get("approved"):
+            await self._answer_note(note["id"], True, f"{shown} approved; it runs at step "
+                                    f"{self.step + 1}")
+            return None
+        why = str(body.get("why", "")).strip() or "no reason given"
+        await self._answer_note(note["id"], True, f"{shown} denied; the actor is told why")
+        return f"denied by {who}: {why}; {shown} was not sent"
 
     async def _proposal(self, proposal: Proposal) -> None:
         # A step is charged as soon as it is granted (if the host dies during it,
@@ -474,15 +800,15 @@ class Controller:
                 )
                 await self._report(await self._record("claim", ruling), ruling)
                 return
+            if (
+                proposal.status == "needs_input"
+                and self.task.answer_wait > 0
+                and not self.judge.claim_missing(proposal)
+            ):
+                await self._ask(proposal)
+                return
             ruling = self.judge.claim(proposal)
-            event = {
-                "type": "claim",
-                "status": proposal.status,
-                "condition": proposal.condition,
-                "evidence": list(proposal.evidence),
-                "reason": proposal.reason,
-            }
-            record = await self._record("claim", ruling, event=event)
+            record = await self._record("claim", ruling, event=_claim_event(proposal))
             await self._report(record, ruling)
 
     async def _report(self, record: TraceRecord, ruling: Ruling) -> None:
@@ -499,6 +825,8 @@ class Controller:
     def _lone_read(self, proposal: Proposal) -> ToolCall | None:
         """Return the proposal if it is one call that will run and changes nothing."""
         if not isinstance(proposal, ToolCall) or self.judge.admit(proposal) is not None:
+            return None
+        if self._approval_needed(proposal):
             return None
         return None if self.registry.spec(proposal.tool).effectful else proposal
 
@@ -547,6 +875,10 @@ class Controller:
             refusal = self.judge.admit(call)
             if refusal is not None:
                 return Refused(call, refusal)
+            if self._approval_needed(call):
+                refusal = await self._approval(call)
+                if refusal is not None:
+                    return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
         amounts = _call_amounts(call)
         if spec.effectful:
@@ -563,7 +895,7 @@ class Controller:
                 if isinstance(paid, Exhaustion):
                     return Refused(call, f"budget: {paid.describe()}; the call was not sent")
             before = self.judge.digest
-            outcome = await call_tool(self.registry, self.context, call.tool, call.args)
+            outcome = await self._interruptible(call)
         if isinstance(outcome, Refused):
             return outcome
         after = before
@@ -620,6 +952,10 @@ class Controller:
             }.get(result.status, EffectState.UNCERTAIN)
             await self._settle_effect(key, state, {"status": result.status.value})
             if state is not EffectState.UNCERTAIN:
+                return result
+            if self._stop is not None:
+                # Interrupted by a stop: the effect stays uncertain, for a resume to
+                # reconcile; nothing is sent again.
                 return result
             verdict = await self._reconcile(key)
             if verdict == "applied":
@@ -680,7 +1016,7 @@ class Controller:
         """Call the tool with the effect's key in context; a cancellation leaves it uncertain."""
         try:
             with effect_key(key):
-                return await call_tool(self.registry, self.context, call.tool, call.args)
+                return await self._interruptible(call)
         except BaseException:
             with anyio.move_on_after(5, shield=True):
                 await self._settle_effect(key, EffectState.UNCERTAIN, {"status": "cancelled"})
@@ -891,7 +1227,9 @@ class Controller:
         ):
             self.to_actor.send_nowait(ended)
         with anyio.move_on_after(AFTER_END_WAIT * AFTER_END_LIMIT):
-            for _ in range(0 if self._actor_done else AFTER_END_LIMIT):
+            # A stopped run does not wait for the actor: a person asked it to end now.
+            drain = 0 if self._actor_done or self._stop is not None else AFTER_END_LIMIT
+            for _ in range(drain):
                 with anyio.move_on_after(AFTER_END_WAIT) as scope:
                     message = await self._receive()
                 if scope.cancelled_caught or isinstance(message, ActorFinished | ActorCrashed):

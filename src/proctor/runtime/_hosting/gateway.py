@@ -48,7 +48,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from proctor._errors import ConfigError
 from proctor.runtime._actors.openai import tool_result_text
 from proctor.runtime._control.controller import StepCallback
-from proctor.runtime._control.run import run
+from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, run
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._records import (
     Claim,
@@ -663,6 +663,8 @@ async def serve_gateway(
     stop: anyio.Event | None = None,
     handle_signals: bool = False,
     on_step: StepCallback | None = None,
+    stopper: Stopper | None = None,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
 ) -> RunResult:
     """
     Run ``task`` with an MCP client as its actor, served over ``transport``.
@@ -686,8 +688,12 @@ async def serve_gateway(
         tools: the tools on offer (default: the built-in workspace tools).
         grace: for HTTP, seconds the server keeps answering after the run ended.
         stop: set it to stop serving.
-        handle_signals: stop on SIGINT and SIGTERM (the ``proctor gateway`` command).
+        handle_signals: on SIGINT (SIGTERM) end the run ``stopped`` as
+            ``user_stop`` (``stop_signal``) and stop serving (the ``proctor
+            gateway`` command); a second SIGINT cancels everything.
         on_step: called with each trace record after it is journaled.
+        stopper: stops the run from this process (see :class:`Stopper`).
+        heartbeat_seconds: how often the host says it is alive.
 
     Returns:
         The run's outcome.
@@ -708,6 +714,8 @@ async def serve_gateway(
             listening[0].close()
         raise
     stop = stop if stop is not None else anyio.Event()
+    if stopper is None and handle_signals:
+        stopper = Stopper()
     run_done = anyio.Event()
     outcome: list[RunResult] = []
     failure: list[Exception] = []
@@ -721,7 +729,17 @@ async def serve_gateway(
 
         async def run_task() -> None:
             try:
-                outcome.append(await run(task, actor, journal, tools=registry, on_step=steps))
+                outcome.append(
+                    await run(
+                        task,
+                        actor,
+                        journal,
+                        tools=registry,
+                        on_step=steps,
+                        stopper=stopper,
+                        heartbeat_seconds=heartbeat_seconds,
+                    )
+                )
             except Exception as exc:
                 failure.append(exc)
                 tg.cancel_scope.cancel()
@@ -741,10 +759,13 @@ async def serve_gateway(
         async def signals() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
                 async for signum in received:
-                    if stop.is_set():
+                    if stop.is_set() and signum == signal.SIGINT:
                         tg.cancel_scope.cancel()
                         return
                     log.warning("gateway.signal", signal=signum)
+                    if stopper is not None:
+                        name = "stop_signal" if signum == signal.SIGTERM else "user_stop"
+                        stopper.stop(name, f"the gateway received {signal.Signals(signum).name}")
                     stop.set()
 
         tg.start_soon(run_task)
