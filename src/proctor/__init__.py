@@ -35,9 +35,9 @@ from proctor.runtime import FunctionActor as FunctionActor
 from proctor.runtime import Message as Message
 from proctor.runtime import MessageKind as MessageKind
 from proctor.runtime import Observation as Observation
-from proctor.runtime import OperatorReply as OperatorReply
 from proctor.runtime import ObservationKind as ObservationKind
 from proctor.runtime import OpenAIActor as OpenAIActor
+from proctor.runtime import OperatorReply as OperatorReply
 from proctor.runtime import Policy as Policy
 from proctor.runtime import ProcessActor as ProcessActor
 from proctor.runtime import Proposal as Proposal

@@ -169,8 +169,10 @@ class Task:
     def __attrs_post_init__(self) -> None:
         for name in ("answer_wait", "approval_wait"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                math.isfinite(value) and value >= 0
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value >= 0)
             ):
                 raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}")
         names = [c.name for c in self.checks]
@@ -549,7 +551,8 @@ def _approvals(where: _Where, table: Mapping[str, Any]) -> tuple[tuple[Approval,
         field = f"approve.{tool}"
         if not _str_list(where, patterns, field) or not all(p.strip() for p in patterns):
             raise where.error(
-                field, 'must list non-empty glob patterns, e.g. ["git push*"] or ["*"] for every call'
+                field,
+                'must list non-empty glob patterns, e.g. ["git push*"] or ["*"] for every call',
             )
         rules.append(Approval(tool, tuple(patterns)))
     return tuple(rules), float(wait)
@@ -610,7 +613,9 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         or not isinstance(answer_wait, int | float)
         or not (math.isfinite(answer_wait) and answer_wait >= 0)
     ):
-        raise where.error("task.answer_wait", f"must be a number of seconds >= 0, got {answer_wait!r}")
+        raise where.error(
+            "task.answer_wait", f"must be a number of seconds >= 0, got {answer_wait!r}"
+        )
     approvals, approval_wait = _approvals(where, _table(where, data, "approve"))
 
     raw_checks = data.get("checks", [])

@@ -555,9 +555,7 @@ class Controller:
             self._notes_newest = None  # read the notes before the next step
             return
         # The design's precedence: an explicit stop signal outranks a user's stop.
-        if self._stop is None or (
-            self._stop.name == "user_stop" and message.name == "stop_signal"
-        ):
+        if self._stop is None or (self._stop.name == "user_stop" and message.name == "stop_signal"):
             self._stop = message
 
     def interrupt(self, request: StopRequest) -> None:
@@ -748,8 +746,9 @@ class Controller:
         body = note["body"]
         who = str(body.get("who", "") or "an operator")
         if body.get("approved"):
-            await self._answer_note(note["id"], True, f"{shown} approved; it runs at step "
-                                    f"{self.step + 1}")
+            await self._answer_note(
+                note["id"], True, f"{shown} approved; it runs at step {self.step + 1}"
+            )
             return None
         why = str(body.get("why", "")).strip() or "no reason given"
         await self._answer_note(note["id"], True, f"{shown} denied; the actor is told why")

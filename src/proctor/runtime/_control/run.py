@@ -134,9 +134,9 @@ async def _hold_workspace(
 
 def _liveness(row: RunRow, host: str) -> tuple[str, float]:
     """Whether a running run lives: exact for this process's runs, else by pid and heartbeat."""
-    if row.host == host and row.pid == os.getpid() and row.status == RUNNING:
-        if row.run_id not in _HOSTED:
-            return STALE, row.heartbeat_at or row.started_at
+    mine = row.host == host and row.pid == os.getpid() and row.status == RUNNING
+    if mine and row.run_id not in _HOSTED:
+        return STALE, row.heartbeat_at or row.started_at
     return row.liveness(time.time(), host=host, alive=pid_alive)
 
 

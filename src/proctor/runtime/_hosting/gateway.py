@@ -764,8 +764,11 @@ async def serve_gateway(
                         return
                     log.warning("gateway.signal", signal=signum)
                     if stopper is not None:
-                        name = "stop_signal" if signum == signal.SIGTERM else "user_stop"
-                        stopper.stop(name, f"the gateway received {signal.Signals(signum).name}")
+                        why = f"the gateway received {signal.Signals(signum).name}"
+                        if signum == signal.SIGTERM:
+                            stopper.stop("stop_signal", why)
+                        else:
+                            stopper.stop("user_stop", why)
                     stop.set()
 
         tg.start_soon(run_task)

@@ -8,9 +8,9 @@ from typing import Any
 
 import attrs
 
+from proctor._errors import ConfigError
 from proctor.runtime._actors.base import Actor
 from proctor.runtime._control.controller import StepCallback
-from proctor._errors import ConfigError
 from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, start_run
 from proctor.runtime._journal import open_journal
 from proctor.runtime._outcome import RunResult
