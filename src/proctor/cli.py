@@ -144,12 +144,18 @@ async def _on_signals(stopper: Stopper) -> None:
 async def _stoppable(go: Callable[[Stopper], Awaitable[Any]]) -> Any:
     """Run ``go`` with a stopper that SIGINT and SIGTERM trigger."""
     stopper = Stopper()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_on_signals, stopper)
-        try:
-            return await go(stopper)
-        finally:
-            tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_on_signals, stopper)
+            try:
+                return await go(stopper)
+            finally:
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The run's own error (a busy workspace, a broken journal), not wrapped.
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ProctorError):
+            raise group.exceptions[0] from None
+        raise
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

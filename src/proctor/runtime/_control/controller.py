@@ -448,8 +448,10 @@ class Controller:
             if isinstance(reply, Retuned):
                 applied = True
                 self.remaining = reply.remaining
+                old = reply.retune.old
+                was = "no limit" if old is None else f"{old:g}"
                 reason = (
-                    f"{body['who']} set the {dimension} limit from {reply.retune.old:g} to "
+                    f"{body['who']} set the {dimension} limit from {was} to "
                     f"{reply.retune.new:g}: {body['why']}"
                 )
                 left = reply.remaining.get(dimension)
@@ -647,8 +649,7 @@ class Controller:
                 while True:
                     found = await self.journal.notes(self.run_id, after=after, kinds=(kind,))
                     if found:
-                        self._notes_seen = max(self._notes_seen, found[0]["id"])
-                        return dict(found[0]) | {"body": found[0]["body"]}
+                        return found[0]
                     message = await channels.receive(self.inbox)
                     if isinstance(message, Deadline):
                         self._deadline = message
@@ -656,7 +657,13 @@ class Controller:
                     if isinstance(message, StopRequest):
                         self._signal(message)
                         return None
-                    if not isinstance(message, Wake):
+                    if isinstance(message, Wake):
+                        # An amendment or a retune is applied while the run waits.
+                        self._notes_newest = None
+                        await self._amendments()
+                        if self.judge.terminal:
+                            return None
+                    else:
                         self._stash.append(message)
             return None
         finally:
@@ -692,7 +699,7 @@ class Controller:
         )
         note = await self._wait_for("answer", asked, self.task.answer_wait, f"answer: {question}")
         if note is None:
-            if self._stop is not None or self._deadline is not None:
+            if self._stop is not None or self._deadline is not None or self.judge.terminal:
                 return
             ruling = self.judge.claim(claim)
             await self._record("claim", ruling, event=_claim_event(claim))
@@ -737,7 +744,7 @@ class Controller:
             "approval", request, self.task.approval_wait, f"approval: {shown}"
         )
         if note is None:
-            if self._stop is not None or self._deadline is not None:
+            if self._stop is not None or self._deadline is not None or self.judge.terminal:
                 return f"approval: the run is ending; {shown} was not sent"
             return (
                 f"approval: no one approved {shown} within {self.task.approval_wait:g} s; "
