@@ -22,7 +22,6 @@ import anyio
 import pytest
 
 from proctor import (
-    Claim,
     CommandCheck,
     Completion,
     Disposition,
@@ -135,7 +134,7 @@ async def _until(journal: Path, check: Callable[[list[RunRow]], Any]) -> Any:
     """Poll the journal's runs until ``check`` returns something true; bounded."""
     with anyio.fail_after(GUARD):
         while True:
-            if journal.exists():
+            if await anyio.Path(journal).exists():
                 async with open_journal(journal) as j:
                     found = check(await j.list_runs(10))
                 if found:
@@ -143,11 +142,20 @@ async def _until(journal: Path, check: Callable[[list[RunRow]], Any]) -> Any:
             await anyio.sleep(0.05)
 
 
+async def _eventually(predicate: Callable[[], bool]) -> None:
+    """Poll ``predicate`` until it holds; bounded."""
+    with anyio.fail_after(GUARD):
+        while True:
+            if predicate():
+                return
+            await anyio.sleep(0.05)
+
+
 async def _command_running(journal: Path) -> RunRow:
     """The run, once its command's process group is journaled as started."""
     with anyio.fail_after(GUARD):
         while True:
-            if journal.exists():
+            if await anyio.Path(journal).exists():
                 async with open_journal(journal) as j:
                     for row in await j.list_runs(10):
                         groups = await j.processes(row.run_id)
@@ -195,8 +203,10 @@ async def test_a_signal_stops_the_run_and_ends_its_children(
         steps = await j.steps(row.run_id)
         groups = await j.processes(row.run_id)
     assert ended.status == "stopped"
-    assert ended.stop_reason is not None and ended.stop_reason["code"] == code
-    assert ended.handoff is not None and ended.handoff["disposition"] == "stopped"
+    assert ended.stop_reason is not None
+    assert ended.stop_reason["code"] == code
+    assert ended.handoff is not None
+    assert ended.handoff["disposition"] == "stopped"
     # The command in flight was interrupted: its step says its effect is uncertain.
     assert steps[0]["tool_status"] == "uncertain"
     assert all(g.ended_at is not None for g in groups)
@@ -217,13 +227,10 @@ async def test_a_second_sigint_exits_at_once_and_the_next_open_closes_the_run(
     task.write_text(text, encoding="utf-8")
     journal = tmp_path / "j.db"
     host = hosts(tmp_path, "run", str(task), "--journal", str(journal))
-    with anyio.fail_after(GUARD):
-        while not marker.exists():
-            await anyio.sleep(0.05)
+    await _eventually(marker.exists)
     host.proc.send_signal(signal.SIGINT)
-    with anyio.fail_after(GUARD):
-        while "stopping the run" not in host.output():
-            await anyio.sleep(0.05)
+    # The host's own message (not a log line): it took the first SIGINT.
+    await _eventually(lambda: "stopping the run" in host.output())
     host.proc.send_signal(signal.SIGINT)
     assert host.wait() == 130
     assert "exiting now" in host.output()
@@ -236,7 +243,8 @@ async def test_a_second_sigint_exits_at_once_and_the_next_open_closes_the_run(
     async with open_journal(journal) as j:
         closed = await j.get_run(row.run_id)
     assert closed.status == "failed"
-    assert closed.stop_reason is not None and closed.stop_reason["code"] == "interrupted"
+    assert closed.stop_reason is not None
+    assert closed.stop_reason["code"] == "interrupted"
 
 
 async def test_proctor_stop_from_another_process_interrupts_a_long_command(
@@ -282,9 +290,7 @@ async def test_an_answer_continues_a_waiting_run_that_then_completes(
     wrong = _cli("approve", row.run_id, "--journal", str(journal), cwd=tmp_path)
     assert wrong.returncode == 2
     assert "no call waiting for approval" in wrong.stderr
-    answered = _cli(
-        "answer", row.run_id, "use port 8080", "--journal", str(journal), cwd=tmp_path
-    )
+    answered = _cli("answer", row.run_id, "use port 8080", "--journal", str(journal), cwd=tmp_path)
     assert answered.returncode == 0, answered.stdout + answered.stderr
     assert "answer applied at step" in answered.stdout
     assert host.wait() == 0
@@ -335,7 +341,8 @@ async def test_resume_with_an_answer_continues_an_ended_needs_input_run_with_its
     assert steps[0]["event"] == {"type": "user", "text": "use port 8080"}
     # The task's spend goes on from the first run's: one more step.
     assert total["steps"] == spent["steps"] + 1
-    assert child.handoff is not None and child.handoff["spend"]["steps"] == total["steps"]
+    assert child.handoff is not None
+    assert child.handoff["spend"]["steps"] == total["steps"]
 
 
 APPROVE = """
@@ -416,7 +423,8 @@ async def test_a_host_killed_with_9_is_stale_and_the_next_run_closes_it(
     async with open_journal(journal) as j:
         closed = await j.get_run(row.run_id)
     assert closed.status == "failed"
-    assert closed.stop_reason is not None and closed.stop_reason["code"] == "interrupted"
+    assert closed.stop_reason is not None
+    assert closed.stop_reason["code"] == "interrupted"
     assert "stopped" in closed.stop_reason["message"]
     assert _groups_of(row.run_id) == set()
 
@@ -424,9 +432,7 @@ async def test_a_host_killed_with_9_is_stale_and_the_next_run_closes_it(
 async def test_retune_says_what_happened_and_below_spent_needs_the_flag(
     tmp_path: Path, hosts: Callable[..., Host]
 ) -> None:
-    task = _write_task(
-        tmp_path, [READ, READ, QUESTION, COMPLETE], extra_task="answer_wait = 120"
-    )
+    task = _write_task(tmp_path, [READ, READ, QUESTION, COMPLETE], extra_task="answer_wait = 120")
     # A failing check: the wrap-up verification cannot turn the exhaustion into success.
     task.write_text(task.read_text().replace('run = ["true"]', 'run = ["false"]'))
     journal = tmp_path / "j.db"
