@@ -205,14 +205,24 @@ def _live(console: Console) -> tuple[Any, Any]:
             f"step {record.step:>3}  {_action_text(record)[:60]:<60}  "
             f"{record.decision.value:<8}  budget left: {_budget_text(record.remaining)}"
         )
-        notable = record.decision is not Decision.CONTINUE or record.kind in ("verdict", "ended")
+        said = record.kind in ("question", "user", "retune", "amend")
+        notable = (
+            record.decision is not Decision.CONTINUE
+            or said
+            or record.kind
+            in (
+                "verdict",
+                "ended",
+            )
+        )
         if status is None or notable:
             style = {
                 Decision.REFUSE: "bold yellow",
                 Decision.STOP: "bold",
                 Decision.NUDGE: "cyan",
             }.get(record.decision, "")
-            reason = f"  ({record.reason})" if record.decision is not Decision.CONTINUE else ""
+            shown = record.decision is not Decision.CONTINUE or said
+            reason = f"  ({record.reason})" if shown else ""
             console.print(line + reason, style=style, markup=False, soft_wrap=True)
         if status is not None:
             status.update(line)

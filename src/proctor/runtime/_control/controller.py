@@ -477,15 +477,17 @@ class Controller:
                 lambda: self.judge.exhausted(exhausted), {"type": "signal", "name": "deadline"}
             )
 
-    async def _answer_note(self, note_id: int, applied: bool, message: str) -> None:
-        """Tell the operator who wrote note ``note_id`` what became of it."""
+    async def _answer_note(
+        self, note_id: int, applied: bool, message: str, step: int | None = None
+    ) -> None:
+        """Tell the operator who wrote note ``note_id`` what became of it (at ``step``)."""
         await self.journal.add_note(
             self.run_id,
             "reply",
             {
                 "to": note_id,
                 "outcome": "applied" if applied else "refused",
-                "step": self.step,
+                "step": self.step if step is None else step,
                 "message": message,
             },
         )
@@ -587,9 +589,9 @@ class Controller:
 
     async def _stopped(self, request: StopRequest) -> None:
         """End the run ``stopped``, journaled with who stopped it and why."""
-        why = request.why.strip()
-        if request.who.strip():
-            why = f"{request.who.strip()}: {why}" if why else request.who.strip()
+        why, who = request.why.strip(), request.who.strip()
+        if who:
+            why = f"{why} ({who})" if why else f"by {who}"
         ruling = self.judge.signal(request.name, why)
         await self._record("ended", ruling, event={"type": "signal", "name": request.name})
 
@@ -697,6 +699,12 @@ class Controller:
                 "step": self.step,
             },
         )
+        log.warning(
+            "controller.waiting_for_answer",
+            question=question,
+            answer=f'proctor answer {self.run_id} "..."',
+            wait_seconds=self.task.answer_wait,
+        )
         note = await self._wait_for("answer", asked, self.task.answer_wait, f"answer: {question}")
         if note is None:
             if self._stop is not None or self._deadline is not None or self.judge.terminal:
@@ -708,7 +716,7 @@ class Controller:
         text, who = str(body.get("text", "")), str(body.get("who", "") or "a person")
         ruling = attrs.evolve(self.judge.user(text), reason=f"{who} answered: {text}")
         await self._record("user", ruling, event={"type": "user", "text": text})
-        await self._answer_note(note["id"], True, f"delivered to the actor at step {self.step}")
+        await self._answer_note(note["id"], True, "delivered to the actor")
         await self._observe(
             ObservationKind.ANSWER, f"{who} answered your question ({question}):\n{text}"
         )
@@ -739,7 +747,13 @@ class Controller:
             "approval-request",
             {"tool": call.tool, "args": call.args, "target": target, "step": self.step + 1},
         )
-        log.info("controller.approval_requested", tool=call.tool, target=target)
+        # A warning: the person at the host's terminal sees it at the default level.
+        log.warning(
+            "controller.waiting_for_approval",
+            call=shown,
+            approve=f"proctor approve {self.run_id}",
+            deny=f"proctor deny {self.run_id} --why ...",
+        )
         note = await self._wait_for(
             "approval", request, self.task.approval_wait, f"approval: {shown}"
         )
@@ -753,12 +767,12 @@ class Controller:
         body = note["body"]
         who = str(body.get("who", "") or "an operator")
         if body.get("approved"):
-            await self._answer_note(
-                note["id"], True, f"{shown} approved; it runs at step {self.step + 1}"
-            )
+            await self._answer_note(note["id"], True, f"{shown} runs", self.step + 1)
             return None
         why = str(body.get("why", "")).strip() or "no reason given"
-        await self._answer_note(note["id"], True, f"{shown} denied; the actor is told why")
+        await self._answer_note(
+            note["id"], True, f"{shown} was not sent; the actor is told why", self.step + 1
+        )
         return f"denied by {who}: {why}; {shown} was not sent"
 
     async def _proposal(self, proposal: Proposal) -> None:
