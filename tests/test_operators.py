@@ -214,6 +214,27 @@ async def test_a_signal_stops_the_run_and_ends_its_children(
     assert _groups_of(row.run_id) == set()
 
 
+async def test_sigterm_to_a_worker_stops_the_run_in_hand_and_the_worker(
+    tmp_path: Path, hosts: Callable[..., Host]
+) -> None:
+    task = _write_task(tmp_path, [SLEEP, COMPLETE])
+    journal = tmp_path / "j.db"
+    queued = _cli("submit", str(task), "--journal", str(journal), cwd=tmp_path)
+    assert queued.returncode == 0, queued.stderr
+    run_id = queued.stdout.strip()
+    worker = hosts(tmp_path, "worker", "--journal", str(journal), "--once")
+    row = await _command_running(journal)
+    assert row.run_id == run_id
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.wait() == 15
+    assert f"proctor resume {run_id}" in worker.output()
+    async with open_journal(journal) as j:
+        ended = await j.get_run(run_id)
+    assert ended.stop_reason is not None
+    assert ended.stop_reason["code"] == "stop_signal"
+    assert _groups_of(run_id) == set()
+
+
 async def test_a_second_sigint_exits_at_once_and_the_next_open_closes_the_run(
     tmp_path: Path, hosts: Callable[..., Host]
 ) -> None:
