@@ -841,7 +841,7 @@ class PgJournal:
             rows = await conn.fetch(_Sql.runs_of_task, task_id)
         return [run_row(row) for row in rows]
 
-    @boundaries("heartbeat")
+    # No crash boundary: see Journal.heartbeat.
     async def heartbeat(
         self,
         run_id: str,
