@@ -17,6 +17,7 @@ Channels (bounded memory-object streams)::
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import tempfile
 import time
@@ -277,8 +278,14 @@ class Controller:
         reply: Settled = await self._reply(ref, (Settled,))
         self.remaining = reply.remaining
 
-    async def _digest(self) -> str:
-        return await anyio.to_thread.run_sync(self.hasher.digest)
+    async def _digest(self, *, full: bool = False) -> str:
+        """
+        The workspace's digest now: from the kernel's changes, or walked in ``full``.
+
+        A digest that evidence is bound to, or that the end of a run is judged
+        by, is always walked: the kernel cannot report every kind of write.
+        """
+        return await anyio.to_thread.run_sync(functools.partial(self.hasher.digest, full=full))
 
     # -- journal ------------------------------------------------------------------
 
@@ -1093,7 +1100,7 @@ class Controller:
             report: tell the actor the verdict (it asked for it); a wrap-up
                 verification that the actor did not ask for reports nothing.
         """
-        current = await self._digest()
+        current = await self._digest(full=True)
         self.judge.observe_candidate(current)
         known = self.judge.evidence.get((current, self.judge.contract_version), {})
         names = [c.name for c in self.task.all_checks()]
@@ -1217,7 +1224,7 @@ class Controller:
     async def _end(self) -> None:
         """Fence the run, tell the actor, refuse whatever it still sends."""
         assert self.judge.disposition is not None
-        self.final_digest = await self._digest()
+        self.final_digest = await self._digest(full=True)
         spend = await self.journal.spend_totals(self.task_id)
         # The task's evidence, from every run: a resumed run hands off what it inherited.
         records = await self.journal.evidence(task_id=self.task_id)

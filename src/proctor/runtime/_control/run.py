@@ -437,7 +437,8 @@ async def _run(
         # Marks every child, so a successor can find what a dead host left running.
         env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
     )
-    hasher = TreeHasher(task.workspace, task.ignore)
+    # Watched: a step learns what changed from the kernel instead of walking the tree.
+    hasher = TreeHasher(task.workspace, task.ignore, watch=True)
     judge = Judge(
         task=task.facts(registry.specs()),
         policy=task.policy,
@@ -533,6 +534,7 @@ async def _run(
                 with anyio.move_on_after(10, shield=True):
                     await groups.terminate_all()
                 actor_scope.cancel()
+                hasher.close()
     except BaseExceptionGroup as group:
         # One proctor error (a lost lease's fence, a broken journal) is the run's
         # error: the caller sees it as such, not wrapped in a group.
