@@ -21,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from proctor._digest import digest
 from proctor.runtime._progress.judge import Act, Judge, TaskFacts
-from proctor.runtime._progress.normalize import digest, fingerprint
+from proctor.runtime._progress.normalize import fingerprint
 from proctor.runtime._progress.policy import Policy
 from proctor.runtime._records import ToolCall, ToolResult, ToolStatus
 

@@ -1,6 +1,12 @@
-"""Every public module has a tuple `__all__` of names it has; every public name is documented."""
+"""
+Every module has a tuple `__all__` of names it has, and misses none: a public
+package's public attributes are all in it (anyio's ``test_all_attributes``), and
+a private module's ``__all__`` names every public class and function it defines.
+Every public name is documented.
+"""
 
 from __future__ import annotations
+import __future__
 
 import importlib
 import pkgutil
@@ -32,6 +38,28 @@ def test_all_is_a_tuple_of_real_names(module: ModuleType) -> None:
     assert list(names) == sorted(set(names), key=names.index), "duplicates"
     for name in names:
         assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+PUBLIC = ("proctor", "proctor.runtime", "proctor.verifiers", "proctor.budgets")
+
+
+@pytest.mark.parametrize("module", _modules(), ids=lambda m: m.__name__)
+def test_all_misses_no_public_name(module: ModuleType) -> None:
+    names = set(getattr(module, "__all__", ()))
+    missing = []
+    for name, value in vars(module).items():
+        if name.startswith("_") or isinstance(value, ModuleType | __future__._Feature):
+            continue
+        # A public package's namespace is its API: whatever is there is in __all__.
+        # A private module's public classes and functions are what it offers its
+        # neighbours: name them, or give them an underscore.
+        offered = module.__name__ in PUBLIC or (
+            (isinstance(value, type) or callable(value))
+            and getattr(value, "__module__", None) == module.__name__
+        )
+        if offered and name not in names:
+            missing.append(name)
+    assert not missing, f"{module.__name__}.__all__ misses {', '.join(sorted(missing))}"
 
 
 def _public_names() -> list[str]:

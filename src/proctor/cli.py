@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 import tomllib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +25,35 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from proctor._errors import (
+from proctor import (
     ConfigError,
     ProctorError,
     RunEndedError,
     RunNotFoundError,
     TranscriptError,
 )
-from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper
-from proctor.runtime._control.run import run as run_task
-from proctor.runtime._importers import FORMATS, import_file
-from proctor.runtime._journal import open_journal
-from proctor.runtime._operator import OperatorReply, wait_reply
-from proctor.runtime._progress.trajectory import (
+from proctor.runtime import (
+    HEARTBEAT_SECONDS,
+    TRANSCRIPT_FORMATS,
+    ActorSpec,
+    Decision,
+    Disposition,
+    OperatorReply,
+    Stopper,
+    TraceRecord,
     diff_replays,
+    export_trajectory,
+    import_transcript,
+    journaled_actor,
+    load_task,
+    open_journal,
     parse_trajectory,
+    pid_alive,
     read_trajectory,
     replay,
+    wait_reply,
 )
-from proctor.runtime._records import Decision, Disposition, TraceRecord
-from proctor.runtime._task import ActorSpec, load_task
-from proctor.runtime._tools.process import pid_alive
+from proctor.runtime import run as run_task
 
 __all__ = ("EXIT_CODES", "main")
 
@@ -335,17 +343,15 @@ def resume_command(
     heartbeat: float,
 ) -> None:
     """Start a new run of RUN's task that inherits its history, spend and open effects."""
-    from proctor.runtime._hosting.resume import resume
+    from proctor.runtime import resume
 
-    async def journaled_actor() -> ActorSpec:
-        async with open_journal(journal) as j:
-            run = await j.get_run(run_id)
-            notes = [n for n in await j.notes(run.run_id) if n["kind"] == "actor"]
-        if not notes:
-            raise ConfigError(f"run {run.run_id} has no journaled actor: pass --script FILE")
-        return ActorSpec.from_description(notes[-1]["body"])
+    async def journaled() -> ActorSpec:
+        try:
+            return await journaled_actor(run_id, journal)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}: pass --script FILE") from None
 
-    spec = ActorSpec("scripted", script) if script is not None else _guard(journaled_actor)
+    spec = ActorSpec("scripted", script) if script is not None else _guard(journaled)
     try:
         actor = spec.make()
     except ConfigError as exc:
@@ -651,7 +657,7 @@ def _print_explanation(explanation: dict[str, Any] | None) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["auto", *FORMATS]),
+    type=click.Choice(["auto", *TRANSCRIPT_FORMATS]),
     help="The transcript's format (the same as the FORMAT argument); default auto.",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here.")
@@ -670,13 +676,15 @@ def import_command(
     if second is None:
         path, chosen = Path(first), fmt or "auto"
     else:
-        if first not in ("auto", *FORMATS):
-            _fail(f"FORMAT {first!r}: expected one of auto, {', '.join(FORMATS)}")
+        if first not in ("auto", *TRANSCRIPT_FORMATS):
+            _fail(f"FORMAT {first!r}: expected one of auto, {', '.join(TRANSCRIPT_FORMATS)}")
         if fmt is not None and fmt != first:
             _fail(f"FORMAT {first!r} and --format {fmt!r} disagree: give one of them")
         path, chosen = Path(second), first
     try:
-        header, events = import_file(path, chosen, **({} if index is None else {"index": index}))
+        header, events = import_transcript(
+            path, chosen, **({} if index is None else {"index": index})
+        )
     except TranscriptError as exc:
         _fail(str(exc))
         return
@@ -720,7 +728,7 @@ def amend_command(
     wait: float,
 ) -> None:
     """Amend a run's acceptance contract: journaled, and earlier evidence goes stale."""
-    from proctor.runtime._operator import Amendment, amend
+    from proctor.runtime import Amendment, amend
 
     added = []
     for spec in checks:
@@ -788,7 +796,7 @@ def gateway_command(
     second SIGINT exits at once.
     """
     # Imported here: the MCP stack takes a second to import, and only this command needs it.
-    from proctor.runtime._hosting.gateway import load_gateway_task, serve_gateway
+    from proctor.runtime import load_gateway_task, serve_gateway
 
     try:
         task = load_gateway_task(task_file)
@@ -820,7 +828,7 @@ def gateway_command(
 @_JOURNAL
 def submit_command(task_file: Path, journal: str) -> None:
     """Queue the task in TASK_FILE for a worker (`proctor worker`)."""
-    from proctor.runtime._hosting.worker import submit
+    from proctor.runtime import submit
 
     try:
         loaded = load_task(task_file)
@@ -851,7 +859,7 @@ def worker_command(
     Ctrl-C (SIGINT) or SIGTERM ends the run in hand `stopped` and the worker with
     it (exit 15); a second Ctrl-C exits at once.
     """
-    from proctor.runtime._hosting.worker import work
+    from proctor.runtime import work
 
     _find_python_first()
     console = Console(highlight=False)
@@ -907,7 +915,7 @@ def retune_command(
     wait: float,
 ) -> None:
     """Change a running run's budget limits: journaled, with who and why."""
-    from proctor.runtime._operator import retune
+    from proctor.runtime import retune
 
     values: dict[str, float] = {}
     for spec in limits:
@@ -970,7 +978,7 @@ def _operator_guard(fn: Any) -> Any:
 @_WAIT
 def stop_command(run_id: str, journal: str, why: str, who: str | None, wait: float) -> None:
     """Stop a running run from any terminal: it ends `stopped`, a command in flight interrupted."""
-    from proctor.runtime._operator import stop
+    from proctor.runtime import stop
 
     async def go() -> OperatorReply:
         return await stop(journal, run_id, why=why, who=who)
@@ -1003,7 +1011,7 @@ def stop_command(run_id: str, journal: str, why: str, who: str | None, wait: flo
 @_WAIT
 def answer_command(run_id: str, text: str, journal: str, who: str | None, wait: float) -> None:
     """Answer the question a waiting run asked (needs_input): the run goes on."""
-    from proctor.runtime._operator import answer
+    from proctor.runtime import answer
 
     async def go() -> OperatorReply:
         return await answer(journal, run_id, text, who=who)
@@ -1018,7 +1026,7 @@ def answer_command(run_id: str, text: str, journal: str, who: str | None, wait: 
 @_WAIT
 def approve_command(run_id: str, journal: str, who: str | None, wait: float) -> None:
     """Let the call a run waits on ([approve] in the task file) run."""
-    from proctor.runtime._operator import approve
+    from proctor.runtime import approve
 
     async def go() -> OperatorReply:
         return await approve(journal, run_id, who=who)
@@ -1034,7 +1042,7 @@ def approve_command(run_id: str, journal: str, who: str | None, wait: float) -> 
 @_WAIT
 def deny_command(run_id: str, journal: str, why: str, who: str | None, wait: float) -> None:
     """Refuse the call a run waits on: it is not sent, and the actor is told why."""
-    from proctor.runtime._operator import deny
+    from proctor.runtime import deny
 
     async def go() -> OperatorReply:
         return await deny(journal, run_id, why=why, who=who)
@@ -1049,45 +1057,11 @@ def deny_command(run_id: str, journal: str, why: str, who: str | None, wait: flo
 def export_command(run_id: str, journal: str, output: Path | None) -> None:
     """Write a recorded run as a trajectory (format v1) that replays to the same decisions."""
 
-    async def go() -> list[str]:
-        async with open_journal(journal) as j:
-            run = await j.get_run(run_id)
-            task = await j.get_task(run.task_id)
-            steps = await j.steps(run.run_id)
-        return export_lines(task, run.policy, steps)
+    async def go() -> str:
+        return await export_trajectory(run_id, journal)
 
-    lines = _guard(go)
-    text = "\n".join(lines) + "\n"
+    text = _guard(go)
     if output is None:
         click.echo(text, nl=False)
     else:
         output.write_text(text, encoding="utf-8")
-
-
-def export_lines(
-    task: dict[str, Any], policy: dict[str, Any], steps: Sequence[dict[str, Any]]
-) -> list[str]:
-    """
-    Turn a journaled run into trajectory lines: the header, then one event per step.
-
-    Steps with no event (a crash, refusals after the end) are left out.
-    """
-    spec = task.get("spec") or {}
-    contract = spec.get("contract") or {}
-    header = {
-        "format": "proctor.trajectory",
-        "version": 1,
-        "task": {
-            "kind": contract.get("kind", "build"),
-            "checks": [c["name"] for c in contract.get("checks", []) if c.get("required", True)],
-            "required_files": contract.get("required_files", []),
-            "protected": contract.get("protected", []),
-        },
-        "policy": policy,
-    }
-    lines = [json.dumps(header, separators=(",", ":"))]
-    for step in steps:
-        event = step.get("event")
-        if event:
-            lines.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
-    return lines

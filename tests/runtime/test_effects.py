@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from proctor._digest import digest
 from proctor._errors import ConfigError, EffectError, WorkspaceError
 from proctor.runtime._effects.ledger import (
     ABSENT,
@@ -36,7 +37,6 @@ from proctor.runtime._effects.ledger import (
     verdict_state,
 )
 from proctor.runtime._journal import EFFECT_STATES
-from proctor.runtime._progress.normalize import digest
 from proctor.runtime._records import ToolStatus
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool
 from proctor.runtime._tools.spec import BUILTIN_SPECS, Effect, ToolSpec

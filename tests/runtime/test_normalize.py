@@ -19,11 +19,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proctor._digest import canonical_json, digest
 from proctor.runtime._progress import normalize as _normalize
 from proctor.runtime._progress.normalize import (
-    canonical_json,
     collapse_whitespace,
-    digest,
     failure_signature,
     fingerprint,
     normalize_command,

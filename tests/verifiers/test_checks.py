@@ -308,3 +308,15 @@ def test_contract_version_is_canonical() -> None:
 def test_contract_version_needs_json(payload: object) -> None:
     with pytest.raises(ConfigError, match="not JSON-able"):
         contract_version(payload)
+
+
+def test_contract_versions_keep_their_bytes() -> None:
+    # Journaled evidence names contract versions: the hash of a given contract never
+    # changes, whoever owns the hashing. The value is what every release computed.
+    payload = {
+        "checks": [{"name": "tests", "run": ["pytest", "-q"]}],
+        "protected": ["tests/**"],
+        "kind": "build",
+        "note": "é",
+    }
+    assert contract_version(payload) == "e1212bd86a86db93cfbc6327c4bac5c3"

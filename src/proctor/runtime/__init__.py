@@ -1,6 +1,7 @@
 """The runtime: the four tasks, channels, records, controller policy, tools, journal."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from proctor.runtime._actors.base import Actor as Actor
 from proctor.runtime._actors.base import FunctionActor as FunctionActor
@@ -8,8 +9,29 @@ from proctor.runtime._actors.base import ScriptedActor as ScriptedActor
 from proctor.runtime._actors.base import load_script as load_script
 from proctor.runtime._actors.openai import OpenAIActor as OpenAIActor
 from proctor.runtime._actors.process import ProcessActor as ProcessActor
+from proctor.runtime._control.run import HEARTBEAT_SECONDS as HEARTBEAT_SECONDS
 from proctor.runtime._control.run import Stopper as Stopper
 from proctor.runtime._control.run import run as run
+from proctor.runtime._effects.http import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER
+from proctor.runtime._effects.http import HttpReconciler as HttpReconciler
+from proctor.runtime._effects.http import http_reconcilers as http_reconcilers
+from proctor.runtime._effects.http import http_tools as http_tools
+from proctor.runtime._effects.http import lookup_url as lookup_url
+from proctor.runtime._effects.ledger import CommandProbe as CommandProbe
+from proctor.runtime._effects.ledger import EffectLedger as EffectLedger
+from proctor.runtime._effects.ledger import EffectRecord as EffectRecord
+from proctor.runtime._effects.ledger import EffectState as EffectState
+from proctor.runtime._effects.ledger import FileReconciler as FileReconciler
+from proctor.runtime._effects.ledger import Reconciler as Reconciler
+from proctor.runtime._effects.ledger import Target as Target
+from proctor.runtime._effects.ledger import current_effect_key as current_effect_key
+from proctor.runtime._effects.ledger import file_digests as file_digests
+from proctor.runtime._effects.ledger import reconcile as reconcile
+from proctor.runtime._effects.ledger import reconciler_for as reconciler_for
+from proctor.runtime._effects.ledger import retry_with_backoff as retry_with_backoff
+from proctor.runtime._effects.ledger import verdict_state as verdict_state
+from proctor.runtime._hosting.export import export_trajectory as export_trajectory
+from proctor.runtime._hosting.export import journaled_actor as journaled_actor
 from proctor.runtime._hosting.resume import resume as resume
 from proctor.runtime._hosting.worker import WorkerStats as WorkerStats
 from proctor.runtime._hosting.worker import submit as submit
@@ -37,6 +59,7 @@ from proctor.runtime._outcome import RunResult as RunResult
 from proctor.runtime._progress.judge import Judge as Judge
 from proctor.runtime._progress.judge import TaskFacts as TaskFacts
 from proctor.runtime._progress.policy import Policy as Policy
+from proctor.runtime._progress.trajectory import diff_replays as diff_replays
 from proctor.runtime._progress.trajectory import parse_trajectory as parse_trajectory
 from proctor.runtime._progress.trajectory import read_trajectory as read_trajectory
 from proctor.runtime._progress.trajectory import replay as replay
@@ -46,6 +69,7 @@ from proctor.runtime._records import Decision as Decision
 from proctor.runtime._records import Disposition as Disposition
 from proctor.runtime._records import Message as Message
 from proctor.runtime._records import MessageKind as MessageKind
+from proctor.runtime._records import NoteKind as NoteKind
 from proctor.runtime._records import Observation as Observation
 from proctor.runtime._records import ObservationKind as ObservationKind
 from proctor.runtime._records import Proposal as Proposal
@@ -55,16 +79,18 @@ from proctor.runtime._records import ToolCall as ToolCall
 from proctor.runtime._records import ToolResult as ToolResult
 from proctor.runtime._records import ToolStatus as ToolStatus
 from proctor.runtime._records import TraceRecord as TraceRecord
+from proctor.runtime._task import ActorSpec as ActorSpec
 from proctor.runtime._task import Approval as Approval
 from proctor.runtime._task import Task as Task
 from proctor.runtime._task import load_task as load_task
+from proctor.runtime._tools.process import pid_alive as pid_alive
 from proctor.runtime._tools.registry import Tool as Tool
 from proctor.runtime._tools.registry import ToolContext as ToolContext
 from proctor.runtime._tools.registry import ToolRegistry as ToolRegistry
 from proctor.runtime._tools.spec import Effect as Effect
 from proctor.runtime._tools.spec import ToolSpec as ToolSpec
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from proctor.runtime._hosting.gateway import GatewayActor as GatewayActor
     from proctor.runtime._hosting.gateway import load_gateway_task as load_gateway_task
     from proctor.runtime._hosting.gateway import serve_gateway as serve_gateway
@@ -77,7 +103,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     if name in _LAZY:
         import importlib
 
@@ -86,24 +112,35 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = (
+    "HEARTBEAT_SECONDS",
+    "IDEMPOTENCY_HEADER",
+    "TRANSCRIPT_FORMATS",
     "Actor",
+    "ActorSpec",
     "Amendment",
     "Approval",
     "Candidate",
     "Claim",
     "Claimed",
+    "CommandProbe",
     "Completion",
     "Decision",
     "Disposition",
     "Effect",
+    "EffectLedger",
+    "EffectRecord",
+    "EffectState",
+    "FileReconciler",
     "FunctionActor",
     "GatewayActor",
     "Handoff",
+    "HttpReconciler",
     "Journal",
     "JournalLike",
     "Judge",
     "Message",
     "MessageKind",
+    "NoteKind",
     "Observation",
     "ObservationKind",
     "OpenAIActor",
@@ -111,13 +148,14 @@ __all__ = (
     "Policy",
     "ProcessActor",
     "Proposal",
+    "Reconciler",
     "Round",
     "RunResult",
     "ScriptedActor",
     "StopReason",
     "Stopper",
+    "Target",
     "Task",
-    "TRANSCRIPT_FORMATS",
     "TaskFacts",
     "Tool",
     "ToolCall",
@@ -129,25 +167,38 @@ __all__ = (
     "TraceRecord",
     "WorkerStats",
     "amend",
-    "detect_format",
-    "import_transcript",
     "answer",
     "approve",
+    "current_effect_key",
     "deny",
+    "detect_format",
+    "diff_replays",
+    "export_trajectory",
+    "file_digests",
+    "http_reconcilers",
+    "http_tools",
+    "import_transcript",
+    "journaled_actor",
     "load_gateway_task",
     "load_script",
     "load_task",
+    "lookup_url",
     "open_journal",
     "parse_trajectory",
+    "pid_alive",
     "read_trajectory",
+    "reconcile",
+    "reconciler_for",
     "replay",
     "resume",
+    "retry_with_backoff",
     "retune",
     "run",
     "serve_gateway",
     "shell_may_change",
     "stop",
     "submit",
+    "verdict_state",
     "wait_reply",
     "work",
 )

@@ -28,6 +28,7 @@ import attrs
 from proctor._errors import ConfigError, RunEndedError
 from proctor.runtime._journal import JournalLike, open_journal
 from proctor.runtime._journal.base import RUNNING, RunRow
+from proctor.runtime._records import NoteKind
 from proctor.runtime._task import Task
 from proctor.verifiers._checks import CommandCheck
 
@@ -336,7 +337,7 @@ async def amend(
         run = await _running(j, run_id, "amend")
         task = await j.get_task(run.task_id)
         _check_applies(task.get("spec") or {}, body)
-        note = await j.add_note(run.run_id, "amend", body)
+        note = await j.add_note(run.run_id, NoteKind.AMEND, body)
     return OperatorReply(run.run_id, note, "journaled", None, "amend: journaled")
 
 
@@ -379,7 +380,7 @@ async def retune(
         raise ConfigError("retune: name at least one limit, such as steps=80")
     Budget(dict(limits))  # the same validation as a task file's [budget]
     body = {"limits": dict(limits), "who": who, "why": why, "below_spent": below_spent}
-    return await _note(journal, run_id, "retune", "retune-request", body)
+    return await _note(journal, run_id, "retune", NoteKind.RETUNE_REQUEST, body)
 
 
 def _check_applies(spec: Mapping[str, Any], body: Mapping[str, Any]) -> None:

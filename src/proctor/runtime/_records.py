@@ -22,6 +22,7 @@ __all__ = (
     "Disposition",
     "Message",
     "MessageKind",
+    "NoteKind",
     "Observation",
     "ObservationKind",
     "Proposal",
@@ -78,6 +79,25 @@ class MessageKind(enum.StrEnum):
     PARTIAL_ANSWER = "partial_answer"
     FINAL_ANSWER = "final_answer"
     FAILURE_REPORT = "failure_report"
+
+
+class NoteKind(enum.StrEnum):
+    """
+    What a journal note records (the ``kind`` of ``JournalLike.add_note``).
+
+    ``start``: the run's first candidate and baseline; ``actor``: how to make the
+    actor again; ``effect``: what an effect's reconciliation needs, journaled before
+    it is dispatched; ``amend``: an operator's amendment of the contract;
+    ``retune-request``: an operator asked for new limits; ``retune``: the
+    accountant applied them.
+    """
+
+    START = "start"
+    ACTOR = "actor"
+    EFFECT = "effect"
+    AMEND = "amend"
+    RETUNE_REQUEST = "retune-request"
+    RETUNE = "retune"
 
 
 class ObservationKind(enum.StrEnum):

@@ -27,6 +27,7 @@ import attrs
 import structlog
 from anyio.abc import ByteReceiveStream, Process
 
+from proctor._digest import digest
 from proctor._errors import ConfigError
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
 from proctor.verifiers._more_checks import CheckContext
@@ -340,4 +341,5 @@ def contract_version(payload: Any) -> str:
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"the contract's content is not JSON-able: {exc}") from exc
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    # Plain sorted JSON, not canonical_json: existing contract versions keep their bytes.
+    return digest(text)

@@ -22,8 +22,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import anyio
 import attrs
 
+from proctor._digest import digest as text_digest
 from proctor._errors import ConfigError
-from proctor.runtime._progress.normalize import digest as text_digest
 from proctor.verifiers._candidate import DEFAULT_IGNORE, TreeHasher, changed_paths, matches
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
 

@@ -80,6 +80,7 @@ from proctor.runtime._records import (
     Decision,
     Message,
     MessageKind,
+    NoteKind,
     Observation,
     ObservationKind,
     Proposal,
@@ -524,7 +525,7 @@ class Controller:
         newest = self._notes_newest
         if newest is not None and newest <= self._notes_seen:
             return
-        kinds = ("amend", "retune-request")
+        kinds = (NoteKind.AMEND, NoteKind.RETUNE_REQUEST)
         notes = await self.journal.notes(self.run_id, after=self._notes_seen, kinds=kinds)
         # Notes up to the step's newest were all read, operators' or not.
         self._notes_seen = max(self._notes_seen, newest or 0)
@@ -536,10 +537,10 @@ class Controller:
             if self.judge.terminal:
                 await self._answer_note(note["id"], False, "the run has ended")
                 continue
-            if note["kind"] == "retune-request":
+            if note["kind"] == NoteKind.RETUNE_REQUEST:
                 await self._retune(note["id"], body)
                 continue
-            if note["kind"] != "amend":
+            if note["kind"] != NoteKind.AMEND:
                 continue
             try:
                 self.task = apply_amendment(self.task, body)
@@ -1027,7 +1028,7 @@ class Controller:
             return Refused(call, f"effect: {exc}")
         await self.journal.add_note(
             self.run_id,
-            "effect",
+            NoteKind.EFFECT,
             {
                 "key": key,
                 "tool": call.tool,
@@ -1229,7 +1230,9 @@ class Controller:
         # The task's evidence, from every run: a resumed run hands off what it inherited.
         records = await self.journal.evidence(task_id=self.task_id)
         evidence = [converter.structure(r, Evidence) for r in records]
-        self.handoff = _handoff(self, spend, self.final_digest, evidence)
+        self.handoff = _handoff(
+            self.run_id, self.judge, self.effects, spend, self.final_digest, evidence
+        )
         await self._snapshot()
         # From here on the journal itself refuses effect dispatches for this run.
         await self.journal.end_run(

@@ -28,7 +28,7 @@ from proctor.runtime._effects.ledger import EffectLedger, EffectRecord, EffectSt
 from proctor.runtime._journal import JournalLike, RunRow
 from proctor.runtime._progress.judge import SNAPSHOT_FORMAT, Judge, SnapshotRefused
 from proctor.runtime._progress.trajectory import Candidates, Event, drive
-from proctor.runtime._records import ToolCall, ToolResult
+from proctor.runtime._records import NoteKind, ToolCall, ToolResult
 
 __all__ = (
     "SNAPSHOT_EVERY",
@@ -151,7 +151,7 @@ async def load_effects(journal: JournalLike, task_id: str) -> EffectLedger:
     """
     details: dict[str, Mapping[str, Any]] = {}
     for row in await journal.runs_of_task(task_id):
-        for note in await journal.notes(row.run_id, kinds=("effect",)):
+        for note in await journal.notes(row.run_id, kinds=(NoteKind.EFFECT,)):
             details[note["body"]["key"]] = note["body"]
     records = []
     for effect in await journal.effects(task_id=task_id):
@@ -233,7 +233,7 @@ async def load_history(
     baseline: dict[str, str] = {}
     initial = current
     if runs:
-        start = await journal.latest_note(runs[0].run_id, "start")
+        start = await journal.latest_note(runs[0].run_id, NoteKind.START)
         if start is not None:
             baseline = dict(start["body"].get("baseline", {}))
             initial = str(start["body"].get("digest", current))

@@ -38,6 +38,7 @@ from proctor.runtime._outcome import Candidate, RunResult
 from proctor.runtime._progress.judge import Judge
 from proctor.runtime._records import (
     Disposition,
+    NoteKind,
     Observation,
     ObservationKind,
 )
@@ -417,7 +418,7 @@ async def _run(
     async def record_spend(amounts: Mapping[str, float], kind: str, note: str = "") -> None:
         if kind == "retune":
             # A retuned limit is a journaled event with who and why, not spend.
-            await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
+            await journal.add_note(run_id, NoteKind.RETUNE, {"limits": dict(amounts), "note": note})
         else:
             # Written with the step that follows (or the effect's dispatch): one
             # transaction a step, not one per reservation and settlement.
@@ -452,14 +453,16 @@ async def _run(
         await _close_interrupted(journal, task_id, run_id)
     if not inherits:
         baseline = hasher.files()
-        await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
+        await journal.add_note(
+            run_id, NoteKind.START, {"digest": judge.digest, "baseline": baseline}
+        )
     else:
         history = await load_history(journal, task_id, None if takeover else run_id, judge)
         baseline, greeting = history.baseline, history.summary
         effects = await load_effects(journal, task_id)
         step_base = history.steps
     if actor_spec is not None:
-        await journal.add_note(run_id, "actor", dict(actor_spec))
+        await journal.add_note(run_id, NoteKind.ACTOR, dict(actor_spec))
 
     inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
     obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)

@@ -5,13 +5,12 @@ What the controller writes about a step: trajectory events, descriptions, the ha
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from proctor.runtime._effects.ledger import (
-    EffectState,
-)
+from proctor._digest import canonical_json
+from proctor.runtime._effects.ledger import EffectLedger, EffectState
 from proctor.runtime._outcome import Handoff
-from proctor.runtime._progress.normalize import canonical_json
+from proctor.runtime._progress.judge import Judge
 from proctor.runtime._records import (
     Disposition,
     Message,
@@ -22,9 +21,6 @@ from proctor.runtime._records import (
 from proctor.verifiers._evidence import Evidence
 
 __all__ = ()
-
-if TYPE_CHECKING:
-    from proctor.runtime._control.controller import Controller
 
 _TRAJECTORY_STATUS = {
     ToolStatus.OK: "ok",
@@ -85,12 +81,16 @@ def _message_event(message: Message) -> dict[str, Any]:
 
 
 def _handoff(
-    controller: Controller, spend: dict[str, float], current: str, evidence: Sequence[Evidence]
+    run_id: str,
+    judge: Judge,
+    effects: EffectLedger,
+    spend: dict[str, float],
+    current: str,
+    evidence: Sequence[Evidence],
 ) -> Handoff:
-    judge = controller.judge
     assert judge.disposition is not None
     latest: dict[str, Evidence] = {}
-    version = controller.task.contract_version
+    version = judge.contract_version
     for ev in sorted(evidence, key=lambda e: e.at):
         if ev.candidate_digest == current and ev.contract_version == version:
             latest[ev.check] = ev
@@ -113,7 +113,7 @@ def _handoff(
             for f in ev.findings
             if f.startswith("suggest: ")
         ]
-    escalated = [r for r in controller.effects.records() if r.state is EffectState.ESCALATED]
+    escalated = [r for r in effects.records() if r.state is EffectState.ESCALATED]
     findings += [
         f"escalated: effect {r.key} ({r.tool} {r.target.text}) has an outcome nothing can "
         "look up; an operator must check whether it happened"
@@ -129,7 +129,7 @@ def _handoff(
             "operator",
         ),
         Disposition.NEEDS_INPUT: (
-            f'resume with the answer: proctor resume {controller.run_id} --answer "..."',
+            f'resume with the answer: proctor resume {run_id} --answer "..."',
             "user",
         ),
         Disposition.BUDGET_EXHAUSTED: (
@@ -137,7 +137,7 @@ def _handoff(
             "operator",
         ),
         Disposition.NO_PROGRESS: ("change the approach or the task, then resume", "operator"),
-        Disposition.STOPPED: (f"resume when ready: proctor resume {controller.run_id}", "operator"),
+        Disposition.STOPPED: (f"resume when ready: proctor resume {run_id}", "operator"),
         Disposition.FAILED: ("inspect the failure in the trace, then resume", "operator"),
     }
     next_step, owner = nexts[disposition]

@@ -47,13 +47,9 @@ import anyio
 import attrs
 import structlog
 
+from proctor._digest import canonical_json, digest
 from proctor._errors import ConfigError, EffectError, ProctorError
-from proctor.runtime._progress.normalize import (
-    canonical_json,
-    digest,
-    normalize_command,
-    normalize_path,
-)
+from proctor.runtime._progress.normalize import normalize_command, normalize_path
 from proctor.runtime._records import ToolStatus
 from proctor.runtime._tools.process import run_command
 from proctor.runtime._tools.registry import Tool, ToolContext

@@ -24,9 +24,11 @@ import structlog
 from proctor._errors import ConfigError, FencedError
 from proctor.runtime._control.controller import StepCallback
 from proctor.runtime._control.run import Stopper, start_run
+from proctor.runtime._hosting.export import latest_actor
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
 from proctor.runtime._outcome import RunResult
-from proctor.runtime._task import ActorSpec, Task
+from proctor.runtime._records import NoteKind
+from proctor.runtime._task import Task
 
 __all__ = ("WorkerStats", "submit", "work")
 
@@ -60,7 +62,7 @@ async def submit(
         await j.submit_run(
             run_id, task_id, policy=task.policy.settings(), policy_version=task.policy.version
         )
-        await j.add_note(run_id, "actor", dict(actor_spec))
+        await j.add_note(run_id, NoteKind.ACTOR, dict(actor_spec))
     return run_id
 
 
@@ -84,10 +86,10 @@ async def _one(
     run = await journal.get_run(claimed.run_id)
     task = Task.from_description(stored["spec"], task_id=claimed.task_id)
     task = attrs.evolve(task, policy=type(task.policy).from_mapping(run.policy))
-    notes = [n for n in await journal.notes(claimed.run_id) if n["kind"] == "actor"]
-    if not notes:
+    spec = await latest_actor(journal, claimed.run_id)
+    if spec is None:
         raise ConfigError(f"queued run {claimed.run_id} has no journaled actor")
-    actor = ActorSpec.from_description(notes[-1]["body"]).make()
+    actor = spec.make()
     lost = False
     result: RunResult | None = None
     async with anyio.create_task_group() as tg:

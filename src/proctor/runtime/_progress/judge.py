@@ -32,11 +32,10 @@ from typing import Any, Literal
 import attrs
 import cattrs
 
+from proctor._digest import canonical_json, digest
 from proctor._errors import SnapshotRefused
 from proctor._wire import converter, to_jsonable
 from proctor.runtime._progress.normalize import (
-    canonical_json,
-    digest,
     failure_signature,
     fingerprint,
     normalize_command,

@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
+from proctor._digest import canonical_json, digest
 from proctor._errors import ConfigError
-from proctor.runtime._progress.normalize import canonical_json, digest
 
 __all__ = ("POLICY_CODE_VERSION", "Policy")
 

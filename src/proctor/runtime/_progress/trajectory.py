@@ -16,9 +16,10 @@ from typing import Any, Literal, cast
 
 import attrs
 
+from proctor._digest import digest
 from proctor._errors import ConfigError, TrajectoryError
 from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, TaskFacts, Verdict
-from proctor.runtime._progress.normalize import digest, normalize_path
+from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
 from proctor.runtime._records import (
     Claim,

@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from proctor.runtime._progress.normalize import canonical_json, digest
+from proctor._digest import canonical_json, digest
 
 __all__ = ("WorkSet", "naive_fingerprint")
 
