@@ -26,14 +26,17 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "records": (("proctor.runtime._records", "proctor.runtime._tools.spec"), ("base",)),
     "wire": (("proctor._wire", "proctor._validators"), ("base", "records")),
     "budgets": (("proctor.budgets._",), ("base", "wire")),
-    "verifiers": (("proctor.verifiers._",), ("base", "wire")),
+    "verifiers": (("proctor.verifiers._",), ("base", "wire", "tools")),
     "progress": (
         ("proctor.runtime._progress",),
         ("base", "records", "wire", "verifiers"),
     ),
     "importers": (("proctor.runtime._importers",), ("base",)),
     "tools": (("proctor.runtime._tools",), ("base", "records", "wire")),
-    "effects": (("proctor.runtime._effects",), ("base", "records", "wire", "tools", "progress")),
+    "effects": (
+        ("proctor.runtime._effects",),
+        ("base", "records", "wire", "budgets", "tools", "progress"),
+    ),
     "journal": (("proctor.runtime._journal",), ("base", "records", "wire")),
     "actors": (("proctor.runtime._actors",), ("base", "records", "wire", "tools", "budgets")),
     "task": (

@@ -24,7 +24,18 @@ from proctor.runtime._records import (
     ToolCall,
 )
 
-__all__ = ("PROPOSAL_TAGS", "converter", "dumps", "loads", "to_jsonable")
+__all__ = (
+    "PROPOSAL_TAGS",
+    "converter",
+    "dumps",
+    "expect_bool",
+    "expect_int",
+    "expect_number",
+    "expect_str",
+    "expect_strings",
+    "loads",
+    "to_jsonable",
+)
 
 T = TypeVar("T")
 
@@ -39,31 +50,86 @@ PROPOSAL_TAGS: dict[type, str] = {
 converter = make_converter(forbid_extra_keys=True)
 
 
-def _strict(kind: type, *accepted: type) -> Any:
+def _show(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def expect_str(value: Any, where: str = "the value") -> str:
+    """
+    Return ``value`` if it is a JSON string.
+
+    The one strict check of JSON from agents, files and the journal: nothing is
+    coerced ("3" is no number, 1.5 no whole number, true no number, a string no
+    list of strings). Each ``expect_*`` raises ``TypeError("<where> must be ...,
+    got <the value as JSON>")``; callers add where it was (a line, a field).
+
+    Raises:
+        TypeError: it is not.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{where} must be a string, got {_show(value)}")
+    return value
+
+
+def expect_int(value: Any, where: str = "the value") -> int:
+    """Return ``value`` if it is a whole JSON number (not a boolean); see :func:`expect_str`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where} must be a whole number, got {_show(value)}")
+    return value
+
+
+def expect_number(value: Any, where: str = "the value") -> float:
+    """Return ``value`` as a float if it is a JSON number, not a boolean; see :func:`expect_str`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{where} must be a number, got {_show(value)}")
+    return float(value)
+
+
+def expect_bool(value: Any, where: str = "the value") -> bool:
+    """Return ``value`` if it is true or false; see :func:`expect_str`."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{where} must be true or false, got {_show(value)}")
+    return value
+
+
+def expect_strings(value: Any, where: str = "the value") -> tuple[str, ...]:
+    """Return ``value`` as a tuple if it is a JSON list of strings; see :func:`expect_str`."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{where} must be a list of strings, got {_show(value)}")
+    return tuple(value)
+
+
+_EXPECT: dict[type, Any] = {
+    str: expect_str,
+    int: expect_int,
+    float: expect_number,
+    bool: expect_bool,
+}
+
+
+def _strict(kind: type) -> Any:
+    check = _EXPECT[kind]
+
     def structure(value: Any, cls: Any) -> Any:
         if cls is not kind and isinstance(cls, type) and issubclass(cls, enum.Enum):
             return cls(value)  # an enum whose values are strings or numbers
-        if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {kind.__name__}, got a boolean")
-        if not isinstance(value, accepted):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}: {value!r}")
-        return kind(value)
+        return check(value)
 
     return structure
 
 
-# JSON from agents and files is checked, not coerced: "3" is no number, 1.5 no whole
-# number, and a string is no list of strings.
-converter.register_structure_hook(str, _strict(str, str))
-converter.register_structure_hook(int, _strict(int, int))
-converter.register_structure_hook(float, _strict(float, int, float))
-converter.register_structure_hook(bool, _strict(bool, bool))
+# JSON from agents and files is checked, not coerced.
+converter.register_structure_hook(str, _strict(str))
+converter.register_structure_hook(int, _strict(int))
+converter.register_structure_hook(float, _strict(float))
+converter.register_structure_hook(bool, _strict(bool))
 
 
 def _strings(value: Any, _: Any) -> tuple[str, ...]:
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise TypeError(f"expected a list of strings, got {value!r}")
-    return tuple(value)
+    return expect_strings(value)
 
 
 converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _strings)

@@ -9,12 +9,10 @@ does: a command that fails, hangs or cannot start is evidence that it did not pa
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
-import signal
 import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
@@ -29,6 +27,7 @@ from anyio.abc import ByteReceiveStream, Process
 
 from proctor._digest import digest
 from proctor._errors import ConfigError
+from proctor.runtime._tools.process import kill_group
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
 from proctor.verifiers._more_checks import CheckContext
 
@@ -179,7 +178,7 @@ class CommandCheck:
                 exit_code, held_open = await self._supervise(process, output)
             finally:
                 # Also reached on cancellation (the run ended): nothing is orphaned.
-                _kill_group(process.pid)
+                kill_group(process.pid)
                 with anyio.move_on_after(5, shield=True):
                     await process.aclose()
             if exit_code is None:
@@ -247,7 +246,7 @@ class CommandCheck:
                 tg.start_soon(drain)
                 exit_code = await process.wait()
                 # Children left in the group would keep the output open.
-                _kill_group(process.pid)
+                kill_group(process.pid)
                 with anyio.move_on_after(_DRAIN_GRACE):
                     await drained.wait()
                 tg.cancel_scope.cancel()
@@ -277,13 +276,6 @@ class _Output:
         room = EXCERPT_CHARS - len(note_text) - 1
         text = text.rstrip("\n")[-room:] if room > 0 else ""
         return f"{text}\n{note_text}" if text else note_text
-
-
-def _kill_group(pgid: int) -> None:
-    # ProcessLookupError: the group is already gone. PermissionError: some systems
-    # refuse to signal a group whose only members are zombies.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def _failing_tests(

@@ -43,7 +43,6 @@ import email.utils
 import json
 import math
 import os
-import random
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -56,6 +55,7 @@ import httpx
 import structlog
 
 from proctor._errors import ActorError, ConfigError
+from proctor.budgets._bucket import backoff
 from proctor.budgets._usage import Usage
 from proctor.runtime._records import (
     Claim,
@@ -732,8 +732,7 @@ class OpenAIActor:
     def _delay(self, retry: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self.backoff_cap)
-        # Full jitter; the exponent is bounded so that it cannot overflow.
-        return random.random() * min(self.backoff_cap, self.backoff_base * 2.0 ** min(retry, 64))
+        return backoff(retry, self.backoff_base, self.backoff_cap)
 
     async def _request(self) -> dict[str, Any]:
         """Send the conversation; retry what is worth retrying; return the reply's body."""

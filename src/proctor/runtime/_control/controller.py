@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
 import tempfile
 import time
 import uuid
@@ -52,6 +51,7 @@ from proctor.budgets._accountant import (
     Settle,
     Settled,
 )
+from proctor.budgets._bucket import backoff
 from proctor.budgets._budget import Exhaustion
 from proctor.budgets._usage import Usage
 from proctor.runtime._actors.base import ActorCrashed, ActorFinished, ActorSpend
@@ -1008,7 +1008,7 @@ class Controller:
                     output=f"{result.output}\n[proctor] the effect was not applied; "
                     "no retry is left in the budget",
                 )
-            await anyio.sleep(min(30.0, 0.5 * 2 ** (attempt - 1)) * random.random())
+            await anyio.sleep(backoff(attempt - 1))
             self.effects.plan(key, call.tool, call.args, target)
 
     async def _plan_effect(self, call: ToolCall, spec: ToolSpec, key: str) -> Target | Refused:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import time
 import uuid
@@ -43,7 +42,7 @@ from proctor.runtime._records import (
     ObservationKind,
 )
 from proctor.runtime._task import Task, prepare_workspace
-from proctor.runtime._tools.process import ProcessGroups, group_alive, pid_alive
+from proctor.runtime._tools.process import ProcessGroups, end_groups, pid_alive
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry
 from proctor.runtime._tools.workspace import Workspace
 from proctor.verifiers._candidate import TreeHasher
@@ -171,10 +170,9 @@ async def _close_stale(journal: JournalLike, row: RunRow, since: float, host: st
         return  # its process groups are on another machine
     for group in await journal.processes(row.run_id):
         if group.ended_at is None:
-            how = await anyio.to_thread.run_sync(_end_group, group.pgid)
+            how = (await end_groups([group.pgid]))[group.pgid]
             await journal.end_process(row.run_id, group.pgid, how)
-    for pgid in await anyio.to_thread.run_sync(_groups_of, row.run_id):
-        await anyio.to_thread.run_sync(_end_group, pgid)
+    await end_groups(sorted(await anyio.to_thread.run_sync(_groups_of, row.run_id)))
 
 
 async def _close_interrupted(journal: JournalLike, task_id: str, successor: str) -> None:
@@ -209,26 +207,9 @@ async def _close_interrupted(journal: JournalLike, task_id: str, successor: str)
         for group in await journal.processes(row.run_id):
             if group.ended_at is not None:
                 continue
-            how = await anyio.to_thread.run_sync(_end_group, group.pgid)
+            how = (await end_groups([group.pgid]))[group.pgid]
             await journal.end_process(row.run_id, group.pgid, how)
-        for pgid in await anyio.to_thread.run_sync(_groups_of, row.run_id):
-            await anyio.to_thread.run_sync(_end_group, pgid)
-
-
-def _end_group(pgid: int) -> str:
-    """End a process group a dead host left: SIGTERM, then SIGKILL."""
-    if not group_alive(pgid):
-        return "exited"
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        if not group_alive(pgid):
-            return "terminated"
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    return "killed"
+        await end_groups(sorted(await anyio.to_thread.run_sync(_groups_of, row.run_id)))
 
 
 def _groups_of(run_id: str) -> set[int]:

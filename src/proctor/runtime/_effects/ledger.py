@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
+import math
 import os
 import random
 import types
@@ -49,6 +50,7 @@ import structlog
 
 from proctor._digest import canonical_json, digest
 from proctor._errors import ConfigError, EffectError, ProctorError
+from proctor.budgets._bucket import backoff
 from proctor.runtime._progress.normalize import normalize_command, normalize_path
 from proctor.runtime._records import ToolStatus
 from proctor.runtime._tools.process import run_command
@@ -898,8 +900,10 @@ async def retry_with_backoff(
     """
     if attempts < 1:
         raise ConfigError(f"attempts must be at least 1, got {attempts!r}")
-    if not 0 <= base <= cap:
-        raise ConfigError(f"backoff needs 0 <= base <= cap, got base={base!r}, cap={cap!r}")
+    if not 0 <= base <= cap < math.inf:
+        raise ConfigError(
+            f"backoff needs 0 <= base <= cap, both finite, got base={base!r}, cap={cap!r}"
+        )
     kinds = tuple(retry_on)
     attempt = 1
     while True:
@@ -911,8 +915,7 @@ async def retry_with_backoff(
             if bucket_take is not None and not bucket_take():
                 log.info("effect.retry_refused", attempt=attempt, error=str(exc))
                 raise
-            # The exponent is bounded so that a large attempt count cannot overflow.
-            delay = rng() * min(cap, base * 2.0 ** min(attempt - 1, 1000))
+            delay = backoff(attempt - 1, base, cap, rng)
             log.info("effect.retry", attempt=attempt, delay=delay, error=str(exc))
             await sleep(delay)
             attempt += 1

@@ -34,7 +34,14 @@ import cattrs
 
 from proctor._digest import canonical_json, digest
 from proctor._errors import SnapshotRefused
-from proctor._wire import converter, to_jsonable
+from proctor._wire import (
+    converter,
+    expect_bool,
+    expect_int,
+    expect_str,
+    expect_strings,
+    to_jsonable,
+)
 from proctor.runtime._progress.normalize import (
     failure_signature,
     fingerprint,
@@ -249,15 +256,11 @@ def facts_digest(task: TaskFacts) -> str:
 
 
 def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected a whole number, got {value!r}")
-    return value
+    return expect_int(value, "a snapshot field")
 
 
 def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {value!r}")
-    return value
+    return expect_str(value, "a snapshot field")
 
 
 def _opt_str(value: Any) -> str | None:
@@ -265,15 +268,13 @@ def _opt_str(value: Any) -> str | None:
 
 
 def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value
+    return expect_bool(value, "a snapshot field")
 
 
 def _strs(value: Any) -> list[str]:
-    if not isinstance(value, list):
-        raise ValueError(f"expected a list of strings, got {str(value)[:80]}")
-    return [_str(item) for item in value]
+    if not isinstance(value, list):  # a snapshot is JSON: lists, never tuples
+        raise TypeError(f"a snapshot field must be a list of strings, got {str(value)[:80]}")
+    return list(expect_strings(value, "a snapshot field"))
 
 
 def _ints(value: Any) -> list[int]:

@@ -18,6 +18,7 @@ import attrs
 
 from proctor._digest import digest
 from proctor._errors import ConfigError, TrajectoryError
+from proctor._wire import expect_bool, expect_int, expect_str, expect_strings
 from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, TaskFacts, Verdict
 from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
@@ -174,27 +175,31 @@ def _need(obj: Mapping[str, Any], key: str, line: int, what: str) -> Any:
 def _string(value: Any, line: int, where: str, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
-    if not isinstance(value, str):
-        raise _fail(line, f"{where} must be a string, got {json.dumps(value)}")
-    return value
+    try:
+        return expect_str(value, where)
+    except TypeError as exc:
+        raise _fail(line, str(exc)) from None
 
 
 def _strings(value: Any, line: int, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _fail(line, f"{where} must be a list of strings, got {json.dumps(value)}")
-    return tuple(value)
+    try:
+        return expect_strings(value, where)
+    except TypeError as exc:
+        raise _fail(line, str(exc)) from None
 
 
 def _bool(value: Any, line: int, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(line, f"{where} must be true or false, got {json.dumps(value)}")
-    return value
+    try:
+        return expect_bool(value, where)
+    except TypeError as exc:
+        raise _fail(line, str(exc)) from None
 
 
 def _int(value: Any, line: int, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(line, f"{where} must be a whole number, got {json.dumps(value)}")
-    return value
+    try:
+        return expect_int(value, where)
+    except TypeError as exc:
+        raise _fail(line, str(exc)) from None
 
 
 def _choice(value: Any, options: Sequence[str], line: int, where: str) -> str:

@@ -40,7 +40,16 @@ from anyio.abc import Process
 from proctor._errors import ConfigError
 from proctor.runtime._records import ToolResult, ToolStatus
 
-__all__ = ("GroupEnd", "GroupInfo", "ProcessGroups", "group_alive", "pid_alive", "run_command")
+__all__ = (
+    "GroupEnd",
+    "GroupInfo",
+    "ProcessGroups",
+    "end_groups",
+    "group_alive",
+    "kill_group",
+    "pid_alive",
+    "run_command",
+)
 
 log = structlog.get_logger()
 
@@ -134,7 +143,52 @@ def _signal_group(pgid: int, signum: int) -> bool:
         os.killpg(pgid, signum)
     except ProcessLookupError:
         return False
+    except PermissionError:
+        # Some systems refuse to signal a group whose only members are zombies.
+        return False
     return True
+
+
+def kill_group(pgid: int) -> bool:
+    """
+    SIGKILL process group ``pgid`` now, without waiting; return whether it was there.
+
+    For a group whose leader was just reaped or must not outlive a ``finally``
+    (a check's command); :func:`end_groups` gives groups time to exit first.
+
+    Args:
+        pgid: the group's id.
+    """
+    return _signal_group(pgid, signal.SIGKILL)
+
+
+async def end_groups(pgids: Sequence[int], grace: float = 2.0) -> dict[int, GroupEnd]:
+    """
+    End process groups: SIGTERM, then SIGKILL for those still there after ``grace``.
+
+    The one way proctor ends groups it did not just reap: a run's tracked groups
+    at its end, and the groups a dead host left behind.
+
+    Args:
+        pgids: the groups' ids.
+        grace: seconds the groups get to exit after SIGTERM.
+
+    Returns:
+        How each ended: ``exited`` (gone before the signal), ``terminated`` or ``killed``.
+    """
+    ended: dict[int, GroupEnd] = {}
+    signalled: list[int] = []
+    for pgid in pgids:
+        if group_alive(pgid) and _signal_group(pgid, signal.SIGTERM):
+            signalled.append(pgid)
+        else:
+            ended[pgid] = "exited"
+    with anyio.move_on_after(grace):
+        await _wait_gone(signalled)
+    killed = await _kill(signalled)
+    for pgid in signalled:
+        ended[pgid] = "killed" if pgid in killed else "terminated"
+    return ended
 
 
 async def _wait_gone(pgids: Sequence[int]) -> None:
@@ -216,18 +270,7 @@ class ProcessGroups:
             the signal), ``terminated`` or ``killed``.
         """
         groups = self.live()
-        ended: dict[int, GroupEnd] = {}
-        signalled: list[int] = []
-        for info in groups:
-            if group_alive(info.pgid) and _signal_group(info.pgid, signal.SIGTERM):
-                signalled.append(info.pgid)
-            else:
-                ended[info.pgid] = "exited"
-        with anyio.move_on_after(grace):
-            await _wait_gone(signalled)
-        killed = await _kill(signalled)
-        for pgid in signalled:
-            ended[pgid] = "killed" if pgid in killed else "terminated"
+        ended = await end_groups([info.pgid for info in groups], grace)
         for info in groups:
             self.discard(info.pgid)
             log.info("process.group_ended", pgid=info.pgid, how=ended[info.pgid])
@@ -277,7 +320,7 @@ async def _drain(process: Process, capture: _Capture, done: anyio.Event | None =
 
 async def _kill(pgids: Sequence[int]) -> list[int]:
     """SIGKILL the groups that are still alive, wait a moment for them to vanish, return them."""
-    killed = [pgid for pgid in pgids if group_alive(pgid) and _signal_group(pgid, signal.SIGKILL)]
+    killed = [pgid for pgid in pgids if group_alive(pgid) and kill_group(pgid)]
     with anyio.move_on_after(_KILL_WAIT):
         await _wait_gone(killed)
     return killed
