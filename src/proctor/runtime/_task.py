@@ -24,6 +24,7 @@ from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime._progress.judge import TaskFacts
 from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
+from proctor.runtime._tools.sandbox import SandboxSettings
 from proctor.runtime._tools.spec import ToolSpec, spec_for
 from proctor.verifiers._candidate import DEFAULT_IGNORE
 from proctor.verifiers._checks import CommandCheck, contract_version
@@ -146,6 +147,9 @@ class Task:
             ``needs_input`` at once, as past the wait.
         approvals: tool calls that wait for ``proctor approve`` / ``proctor deny``.
         approval_wait: seconds a call waits for approval; past it the call is refused.
+        sandbox: how commands and checks are isolated (a task file's ``[sandbox]``).
+        source: the task file it was loaded from, if any: kept out of the actor's
+            reach like the journal.
     """
 
     goal: str
@@ -165,6 +169,8 @@ class Task:
     answer_wait: float = 0.0
     approvals: tuple[Approval, ...] = attrs.field(default=(), converter=_approval_rules)
     approval_wait: float = 600.0
+    sandbox: SandboxSettings = attrs.field(factory=SandboxSettings)
+    source: Path | None = None
 
     def __attrs_post_init__(self) -> None:
         for name in ("answer_wait", "approval_wait"):
@@ -245,6 +251,8 @@ class Task:
             "answer_wait": self.answer_wait,
             "approvals": [{"tool": a.tool, "patterns": list(a.patterns)} for a in self.approvals],
             "approval_wait": self.approval_wait,
+            "sandbox": self.sandbox.describe(),
+            "source": None if self.source is None else str(self.source),
             # The whole table, built-in prices included: a resumed run charges its
             # model calls as the first did, whatever this proctor's table says.
             "prices": {
@@ -312,6 +320,8 @@ class Task:
                 Approval(a["tool"], tuple(a["patterns"])) for a in data.get("approvals", [])
             ),
             approval_wait=float(data.get("approval_wait", 600.0)),
+            sandbox=SandboxSettings.from_mapping(data.get("sandbox") or {}),
+            source=None if data.get("source") is None else Path(data["source"]),
             prices=PriceTable()
             if data.get("prices") is None
             else PriceTable(
@@ -399,6 +409,8 @@ _TASK = (
     "template",
     "answer_wait",
 )
+_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "sandbox")
+_TASK = ("goal", "workspace", "kind", "id", "command_time_limit", "ignore", "template")
 _CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit", "files", "pattern")
 _CONTRACT = ("protected", "scope", "required_files")
 
@@ -473,7 +485,7 @@ def _named(message: str, table: str) -> str:
 
 
 def _message(message: str) -> str:
-    return re.sub(r"^(budget|policy|prices|actor)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message)
+    return re.sub(r"^(budget|policy|prices|actor|sandbox)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message)
 
 
 def _table(where: _Where, data: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -692,6 +704,10 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
 
     actor = _actor_spec(where, _table(where, data, "actor"), base)
     try:
+        sandbox = SandboxSettings.from_mapping(_table(where, data, "sandbox"), base.resolve())
+    except ConfigError as exc:
+        raise where.error(_named(str(exc), "sandbox"), _message(str(exc))) from None
+    try:
         built = Task(
             goal=goal,
             workspace=workspace_path,
@@ -710,6 +726,8 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             answer_wait=float(answer_wait),
             approvals=approvals,
             approval_wait=approval_wait,
+            sandbox=sandbox,
+            source=path.resolve(),
         )
     except ConfigError as exc:
         raise where.error("checks", str(exc)) from None

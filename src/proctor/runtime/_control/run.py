@@ -8,9 +8,11 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -19,7 +21,13 @@ import structlog
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from proctor._errors import FencedError, ProctorError, WorkspaceBusyError
+from proctor._errors import (
+    ConfigError,
+    FencedError,
+    ProctorError,
+    SandboxUnavailableError,
+    WorkspaceBusyError,
+)
 from proctor.budgets._accountant import (
     AccountantRequest,
     run_accountant,
@@ -44,6 +52,11 @@ from proctor.runtime._records import (
 from proctor.runtime._task import Task, prepare_workspace
 from proctor.runtime._tools.process import ProcessGroups, group_alive, pid_alive
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry
+from proctor.runtime._tools.sandbox import (
+    SandboxSpec,
+    python_binds,
+    sandbox_available,
+)
 from proctor.runtime._tools.workspace import Workspace
 from proctor.verifiers._candidate import TreeHasher
 from proctor.verifiers._verifier import VerifyRequest, run_verifier
@@ -251,6 +264,65 @@ def _groups_of(run_id: str) -> set[int]:
     return found
 
 
+def own_paths(
+    task: Task, journal: JournalLike, actor_spec: Mapping[str, Any] | None
+) -> dict[str, Path]:
+    """
+    Return proctor's own files for a run, by what they are: the journal (a file
+    journal), the task file and the actor's script. None of them may lie inside
+    the workspace, and none is visible from a command.
+    """
+    own: dict[str, Path] = {}
+    where = journal.path
+    if where and "://" not in where:
+        own["journal"] = Path(where).resolve()
+    if task.source is not None:
+        own["task file"] = Path(task.source).resolve()
+    script = (actor_spec or {}).get("script")
+    if isinstance(script, str) and script:
+        own["actor script"] = Path(script).resolve()
+    return own
+
+
+def _refuse_inside(task: Task, own: Mapping[str, Path]) -> None:
+    """Refuse a run whose journal, task file or actor script lies inside the workspace."""
+    root = Path(task.workspace).resolve()
+    for what, path in own.items():
+        if path == root or root in path.parents:
+            fix = {
+                "journal": "give --journal a path outside the workspace",
+                "task file": (
+                    "move the task file out of the workspace, or set [task] workspace to a"
+                    " directory that does not contain it (an omitted workspace is the task"
+                    " file's own directory)"
+                ),
+                "actor script": "move the actor's script out of the workspace",
+            }[what]
+            raise ConfigError(
+                f"the {what} {path} lies inside the workspace {root}: the actor's commands"
+                f" could read or rewrite it; {fix}"
+            )
+
+
+def command_sandbox(task: Task, hide: tuple[Path, ...]) -> SandboxSpec:
+    """
+    Return the sandbox the actor's commands run in: the workspace writable, the
+    interpreter proctor runs in read-only (checks written as ``python -m pytest``
+    need it), proctor's own files covered.
+    """
+    workspace = Path(task.workspace).resolve()
+    return task.sandbox.spec(
+        workspace,
+        ro_binds=python_binds(sys.executable, skip_under=[workspace]),
+        hide=hide,
+    )
+
+
+def _proctor_package() -> Path:
+    # proctor's own code, wherever it is installed: never visible to a command.
+    return Path(__file__).resolve().parent.parent.parent
+
+
 async def run(
     task: Task,
     actor: Actor,
@@ -378,6 +450,13 @@ async def _run(
 ) -> RunResult:
     takeover = claimed is not None and claimed.previous_epoch > 0
     inherits = parent_run_id is not None or takeover
+    own = own_paths(task, journal, actor_spec)
+    _refuse_inside(task, own)
+    if task.sandbox.mode == "auto":
+        reason = await anyio.to_thread.run_sync(sandbox_available)
+        if reason is not None:
+            raise SandboxUnavailableError(f"the task's [sandbox] mode is 'auto', but {reason}")
+    hide = (*own.values(), _proctor_package())
     resuming_task = task_id if inherits else None
     _HOSTED.add(run_id)
     await _hold_workspace(journal, task, run_id, resuming_task=resuming_task)
@@ -430,12 +509,17 @@ async def _run(
         await journal.end_process(run_id, pgid, how)
 
     groups = ProcessGroups(on_start=group_started, on_end=group_ended)
+    if task.sandbox.mode == "off":
+        log.warning("run.unsandboxed", workspace=str(task.workspace))
+        await journal.add_note(run_id, "sandbox", {"mode": "off"})
     context = ToolContext(
         workspace=Workspace.at(task.workspace),
         command_time_limit=task.command_time_limit,
         groups=groups,
-        # Marks every child, so a successor can find what a dead host left running.
-        env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
+        # Marks every launcher, so a successor can find what a dead host left running.
+        env={"PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
+        sandbox=command_sandbox(task, hide),
+        protected=task.protected,
     )
     # Watched: a step learns what changed from the kernel instead of walking the tree.
     hasher = TreeHasher(task.workspace, task.ignore, watch=True)

@@ -119,6 +119,11 @@ def _handoff(
         "look up; an operator must check whether it happened"
         for r in escalated
     ]
+    if controller.task.sandbox.mode == "off":
+        findings.append(
+            'unsandboxed: [sandbox] mode = "off": the commands and checks of this run ran on'
+            " the host, with its file system and network"
+        )
     reason = judge.stop_reason
     disposition = judge.disposition
     nexts = {

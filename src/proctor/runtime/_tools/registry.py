@@ -30,6 +30,7 @@ import structlog
 from proctor._errors import ConfigError, ProctorError, WorkspaceError
 from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.runtime._tools.process import ProcessGroups, run_command
+from proctor.runtime._tools.sandbox import SandboxSpec
 from proctor.runtime._tools.spec import BUILTIN_SPECS, ToolSpec, spec_for
 from proctor.runtime._tools.workspace import Workspace
 
@@ -54,13 +55,20 @@ class ToolContext:
         workspace: the directory that confines the tool's paths.
         command_time_limit: seconds a command may run.
         groups: where commands track their process groups.
-        env: the environment of commands; None inherits this process's.
+        env: the environment of commands; None inherits this process's. With a
+            sandbox, only the launcher carries it (see ``run_command``).
+        sandbox: the sandbox commands run in; None runs them on the host (a run
+            always sets one, from the task's ``[sandbox]``).
+        protected: glob patterns of paths the file tools refuse to change,
+            judged on the path as resolved, never on the raw argument.
     """
 
     workspace: Workspace
     command_time_limit: float = 120.0
     groups: ProcessGroups = attrs.field(factory=ProcessGroups)
     env: Mapping[str, str] | None = None
+    sandbox: SandboxSpec | None = None
+    protected: tuple[str, ...] = ()
 
 
 ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[ToolResult]]
@@ -391,6 +399,7 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         time_limit=ctx.command_time_limit,
         env=ctx.env,
         groups=ctx.groups,
+        sandbox=ctx.sandbox,
     )
 
 
