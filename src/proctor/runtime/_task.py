@@ -97,6 +97,9 @@ def _describe_check(check: Check) -> dict[str, Any]:
             "expect_exit": check.expect_exit,
             "time_limit": check.time_limit,
             "junit": check.junit,
+            "harness": list(check.harness),
+            "not_harness": list(check.not_harness),
+            "must_pass": list(check.must_pass),
         }
     elif isinstance(check, FileCheck):
         data |= {"kind": "files", "files": list(check.paths), "pattern": check.pattern}
@@ -198,11 +201,24 @@ class Task:
             )
 
     def all_checks(self) -> tuple[Check, ...]:
-        """The checks the verifier runs: the task's, and the scope check it implies."""
-        implied = self.protected or self.scope
+        """
+        The checks the verifier runs: the task's, and the scope check it implies
+        (protected paths, a scope, or a command check, whose harness is fenced).
+        """
+        implied = (
+            self.protected or self.scope or any(isinstance(c, CommandCheck) for c in self.checks)
+        )
         if implied and not any(isinstance(c, ScopeCheck) for c in self.checks):
             return (*self.checks, ScopeCheck())
         return self.checks
+
+    def harness(self) -> tuple[str, ...]:
+        """The glob patterns of every command check's harness, for the scope check."""
+        found: list[str] = []
+        for check in self.checks:
+            if isinstance(check, CommandCheck):
+                found += check.harness_patterns(self.workspace)
+        return tuple(dict.fromkeys(found))
 
     def contract(self) -> dict[str, Any]:
         """The acceptance contract as plain data: what decides success."""
@@ -285,6 +301,9 @@ class Task:
                         time_limit=c.get("time_limit", 600.0),
                         required=c.get("required", True),
                         junit=c.get("junit"),
+                        harness=tuple(c.get("harness", ())),
+                        not_harness=tuple(c.get("not_harness", ())),
+                        must_pass=tuple(c.get("must_pass", ())),
                     )
                 )
             elif kind == "files":
@@ -411,7 +430,19 @@ _TASK = (
 )
 _TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "sandbox")
 _TASK = ("goal", "workspace", "kind", "id", "command_time_limit", "ignore", "template")
-_CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit", "files", "pattern")
+_CHECK = (
+    "name",
+    "run",
+    "expect_exit",
+    "time_limit",
+    "required",
+    "junit",
+    "files",
+    "pattern",
+    "harness",
+    "not_harness",
+    "must_pass",
+)
 _CONTRACT = ("protected", "scope", "required_files")
 
 
@@ -647,7 +678,11 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             )
         try:
             if "files" in raw:
-                extra = sorted(set(raw) & {"run", "expect_exit", "time_limit", "junit"})
+                extra = sorted(
+                    set(raw)
+                    & {"run", "expect_exit", "time_limit", "junit", "harness", "not_harness"}
+                    | set(raw) & {"must_pass"}
+                )
                 if extra:
                     raise where.error(f"{field}.{extra[0]}", "a files check takes no command keys")
                 checks.append(
@@ -669,6 +704,13 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
                     time_limit=raw.get("time_limit", 600.0),
                     required=raw.get("required", True),
                     junit=raw.get("junit"),
+                    harness=tuple(_str_list(where, raw.get("harness", []), f"{field}.harness")),
+                    not_harness=tuple(
+                        _str_list(where, raw.get("not_harness", []), f"{field}.not_harness")
+                    ),
+                    must_pass=tuple(
+                        _str_list(where, raw.get("must_pass", []), f"{field}.must_pass")
+                    ),
                 )
             )
         except (ConfigError, TypeError, ValueError) as exc:

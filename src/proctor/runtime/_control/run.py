@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping
@@ -28,6 +30,7 @@ from proctor._errors import (
     SandboxUnavailableError,
     WorkspaceBusyError,
 )
+from proctor._wire import to_jsonable
 from proctor.budgets._accountant import (
     AccountantRequest,
     run_accountant,
@@ -58,8 +61,11 @@ from proctor.runtime._tools.sandbox import (
     sandbox_available,
 )
 from proctor.runtime._tools.workspace import Workspace
-from proctor.verifiers._candidate import TreeHasher
-from proctor.verifiers._verifier import VerifyRequest, run_verifier
+from proctor.verifiers._candidate import TreeHasher, freeze
+from proctor.verifiers._checks import CommandCheck
+from proctor.verifiers._harness import collect_files
+from proctor.verifiers._more_checks import CheckContext
+from proctor.verifiers._verifier import VerifyRequest, run_verifier, verify_snapshot
 
 __all__ = ("HEARTBEAT_SECONDS", "Stopper", "run", "start_run")
 
@@ -323,6 +329,60 @@ def _proctor_package() -> Path:
     return Path(__file__).resolve().parent.parent.parent
 
 
+async def _baseline_evidence(
+    task: Task,
+    journal: JournalLike,
+    run_id: str,
+    task_id: str,
+    sandbox: SandboxSpec,
+    files: Mapping[str, Mapping[str, Any]],
+    baseline: Mapping[str, str],
+) -> dict[str, dict[str, str]]:
+    """
+    Run the checks that report per-test results on the baseline, before the actor's
+    first step; journal their evidence and return each one's test outcomes.
+    """
+    checks = tuple(c for c in task.checks if isinstance(c, CommandCheck) and c.runs_pytest)
+    if not checks:
+        return {}
+    snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
+    try:
+        await anyio.to_thread.run_sync(freeze, task.workspace, snapshot, task.ignore)
+        context = CheckContext(
+            baseline=dict(baseline),
+            protected=task.protected,
+            ignore=task.ignore,
+            sandbox=sandbox,
+            baseline_files=files,
+        )
+        _, evidence = await verify_snapshot(
+            snapshot, task.contract_version, checks, context, baseline=True
+        )
+    finally:
+        with anyio.move_on_after(30, shield=True):
+            await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
+    found: dict[str, dict[str, str]] = {}
+    for ev in evidence:
+        await journal.add_evidence(run_id, task_id, to_jsonable(ev))
+        if ev.tests:
+            found[ev.check] = dict(ev.tests)
+        log.info("run.baseline", check=ev.check, tests=len(ev.tests), failing=ev.failing_tests)
+    return found
+
+
+async def _inherited_baseline(
+    journal: JournalLike, task_id: str
+) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """The baseline's files and per-test results, from the task's first run."""
+    runs = sorted(await journal.runs_of_task(task_id), key=lambda r: r.started_at)
+    for row in runs:
+        start = await journal.latest_note(row.run_id, "start")
+        if start is not None:
+            body = start["body"]
+            return dict(body.get("baseline_files", {})), dict(body.get("baseline_tests", {}))
+    return {}, {}
+
+
 async def run(
     task: Task,
     actor: Actor,
@@ -534,14 +594,34 @@ async def _run(
     step_base = 0
     if inherits and not takeover:
         await _close_interrupted(journal, task_id, run_id)
+    sandbox = context.sandbox
+    assert sandbox is not None
+    harness = task.harness()
     if not inherits:
         baseline = hasher.files()
-        await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
+        files = await anyio.to_thread.run_sync(
+            collect_files, task.workspace, (*task.protected, *harness), task.ignore
+        )
+        tests = await _baseline_evidence(task, journal, run_id, task_id, sandbox, files, baseline)
+        await journal.add_note(
+            run_id,
+            "start",
+            {
+                "digest": judge.digest,
+                "baseline": baseline,
+                "baseline_files": files,
+                "baseline_tests": tests,
+            },
+        )
     else:
         history = await load_history(journal, task_id, None if takeover else run_id, judge)
         baseline, greeting = history.baseline, history.summary
         effects = await load_effects(journal, task_id)
         step_base = history.steps
+        files, tests = await _inherited_baseline(journal, task_id)
+    check_context = CheckContext(
+        harness=harness, sandbox=sandbox, baseline_tests=tests, baseline_files=files
+    )
     if actor_spec is not None:
         await journal.add_note(run_id, "actor", dict(actor_spec))
 
@@ -572,6 +652,7 @@ async def _run(
         step_base=step_base,
         heartbeat_seconds=heartbeat_seconds,
         poll_seconds=min(0.5, heartbeat_seconds),
+        check_context=check_context,
     )
     controller.remaining = ledger.remaining()
     if takeover:
