@@ -417,7 +417,6 @@ class TaskFile:
     actor: ActorSpec
 
 
-_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "approve")
 _TASK = (
     "goal",
     "workspace",
@@ -428,8 +427,17 @@ _TASK = (
     "template",
     "answer_wait",
 )
-_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "sandbox")
-_TASK = ("goal", "workspace", "kind", "id", "command_time_limit", "ignore", "template")
+_TOP = (
+    "task",
+    "checks",
+    "contract",
+    "budget",
+    "policy",
+    "actor",
+    "prices",
+    "approve",
+    "sandbox",
+)
 _CHECK = (
     "name",
     "run",

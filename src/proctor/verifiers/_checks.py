@@ -176,9 +176,14 @@ class CommandCheck:
         """
         Run the command in the snapshot directory and return its evidence.
 
-        The command runs in its own session and process group, with stdin from
-        ``/dev/null``, stdout and stderr merged, and ``PROCTOR_SNAPSHOT=1`` in its
-        environment. When it exits, whatever it left running in its group is killed;
+        The command runs in the context's sandbox (``snapshot`` bound at the
+        workspace's own path, the sandbox's environment; nothing in it says it is
+        being verified), or on the host when the context has none; in its own
+        session and process group, with stdin from ``/dev/null``, stdout and stderr
+        merged. A pytest command writes per-test results (``PYTEST_ADDOPTS``), which
+        decide the check with the exit code: judged against the baseline's results
+        when the context has them, else at least one test must have run and every
+        ``must_pass`` id passed. When it exits, whatever it left running in its group is killed;
         at the time limit the whole group is killed and the check fails. A command
         that cannot start fails the check with the error in the excerpt. If
         ``junit`` is set, a stale report in the snapshot is removed before the run.

@@ -61,7 +61,7 @@ from proctor.runtime._tools.sandbox import (
     sandbox_available,
 )
 from proctor.runtime._tools.workspace import Workspace
-from proctor.verifiers._candidate import TreeHasher, freeze
+from proctor.verifiers._candidate import TreeHasher, changed_paths, freeze
 from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._harness import collect_files
 from proctor.verifiers._more_checks import CheckContext
@@ -381,6 +381,35 @@ async def _inherited_baseline(
             body = start["body"]
             return dict(body.get("baseline_files", {})), dict(body.get("baseline_tests", {}))
     return {}, {}
+
+
+async def _fence_breach(
+    journal: JournalLike, run_id: str, hasher: TreeHasher, at_end: str
+) -> str | None:
+    """
+    Compare the workspace, once every process of the run is gone, with the candidate
+    the run ended on: a difference was written after the end, and is journaled.
+    """
+    if not at_end:
+        return None
+    before = hasher.files()
+    hasher.invalidate("")
+    try:
+        now = await anyio.to_thread.run_sync(hasher.digest)
+    except OSError:
+        return None
+    if now == at_end:
+        return None
+    changed = changed_paths(before, hasher.files())
+    log.warning("run.fence_breach", at_end=at_end, now=now, changed=changed[:20])
+    await journal.add_note(
+        run_id, "fence_breach", {"at_end": at_end, "now": now, "changed": list(changed)}
+    )
+    shown = ", ".join(changed[:10]) + (f" (+{len(changed) - 10} more)" if len(changed) > 10 else "")
+    return (
+        f"fence breach: the workspace changed after the run ended (candidate {at_end[:12]},"
+        f" now {now[:12]}): {shown or 'the tree differs'}"
+    )
 
 
 async def run(
@@ -712,6 +741,9 @@ async def _run(
     assert judge.disposition is not None
     assert handoff is not None
     current = controller.final_digest
+    breach = await _fence_breach(journal, run_id, hasher, current)
+    if breach is not None:
+        handoff = attrs.evolve(handoff, open_findings=(*handoff.open_findings, breach))
     log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
     return RunResult(
         run_id=run_id,
