@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ FIX: dict[str, Any] = action("write_file", path="pricing.py", content=FIXED)
 
 
 @pytest.fixture
-def attack(tmp_path: Path) -> Iterator[Any]:
+def attack(tmp_path: Path) -> Any:
     """Return ``go(steps, sandbox=..., checks=...)``, which makes the task and runs it."""
     if sandbox_available() is not None:
         pytest.skip(f"no sandbox here: {sandbox_available()}")

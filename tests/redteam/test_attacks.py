@@ -333,7 +333,7 @@ async def test_a_server_on_the_host_loopback_is_unreachable(
 )
 async def test_nothing_a_command_started_outlives_it(attack: Any, detach: str) -> None:
     token = f"proctor-redteam-{abs(hash(detach))}"
-    done = await attack([FIX, command(detach.format(token=token) + "; echo started"), COMPLETE])
+    done = await attack([FIX, command(detach.format(token=token) + "\necho started"), COMPLETE])
     assert done.outputs[1].strip().endswith("started")
     assert done.disposition is Disposition.COMPLETED
     # The PID namespace died with the command: nothing of it is left to write later.

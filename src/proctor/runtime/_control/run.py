@@ -293,7 +293,8 @@ def own_paths(
 def _refuse_inside(task: Task, own: Mapping[str, Path]) -> None:
     """Refuse a run whose journal, task file or actor script lies inside the workspace."""
     root = Path(task.workspace).resolve()
-    for what, path in own.items():
+    for what, given in own.items():
+        path = given.resolve()
         if path == root or root in path.parents:
             fix = {
                 "journal": "give --journal a path outside the workspace",
@@ -464,6 +465,9 @@ async def run(
     }
     if not isinstance(journal, str | os.PathLike):
         return await start_run(task, actor, journal, **options)
+    if "://" not in os.fspath(journal):
+        # Before the file exists: a journal the actor could write is never made.
+        _refuse_inside(task, {"journal": Path(journal)})
     async with open_journal(journal) as j:
         return await start_run(task, actor, j, **options)
 
