@@ -255,6 +255,9 @@ class CommandCheck:
                     notes.append(f"no per-test results: {exc}")
                     findings.append("junit_missing")
         finally:
+            if launched is not None:
+                with anyio.move_on_after(5, shield=True):
+                    await launched.wait_empty()
             forks_refused = launched.release() if launched is not None else False
             if results is not None:
                 shutil.rmtree(results, ignore_errors=True)

@@ -434,6 +434,9 @@ async def run_command(
                 with anyio.move_on_after(_DRAIN_GRACE):
                     await _drain(process, capture)
             await process.aclose()
+            if launched is not None:
+                # Nothing of the sandbox outlives the call: wait for its namespace to go.
+                await launched.wait_empty()
             log.debug("process.ended", pgid=pgid, how=how, returncode=process.returncode)
             if groups is not None:
                 groups.discard(pgid)

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import anyio
 import attrs
 
 from proctor._errors import ConfigError, SandboxUnavailableError
@@ -642,6 +643,20 @@ class Launch:
     _cgroup: Path | None = None
     _refused_before: int = 0
     _home: str | None = None
+
+    async def wait_empty(self) -> None:
+        """
+        Return once no process of the sandbox is left (callers bound the wait).
+
+        The launcher can report the command's exit a moment before the kernel has
+        killed the rest of its PID namespace; the pids cgroup, which holds every
+        process of the sandbox, says when they are all gone.
+        """
+        if self._cgroup is None or not self.sandboxed:
+            return  # off: a detached child may live on, nothing would end it
+        # Polling: cgroup v1 has no event for an emptied pids cgroup.
+        while not _cg_empty(self._cgroup) and self._cgroup.exists():  # noqa: ASYNC110
+            await anyio.sleep(0.005)
 
     def release(self) -> bool:
         """Give back the cgroup and the private home; return whether forks were refused."""
