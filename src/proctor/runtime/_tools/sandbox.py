@@ -546,6 +546,22 @@ def _cg_empty(cg: Path) -> bool:
         return False
 
 
+def _cg_running(cg: Path) -> bool:
+    """Tell whether a process of the cgroup still runs (zombies run no code: they do not)."""
+    try:
+        pids = (cg / "cgroup.procs").read_text().split()
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 def _rmdir_cgroup(cg: Path) -> bool:
     try:
         cg.rmdir()
@@ -655,7 +671,7 @@ class Launch:
         if self._cgroup is None or not self.sandboxed:
             return  # off: a detached child may live on, nothing would end it
         # Polling: cgroup v1 has no event for an emptied pids cgroup.
-        while not _cg_empty(self._cgroup) and self._cgroup.exists():  # noqa: ASYNC110
+        while _cg_running(self._cgroup):  # noqa: ASYNC110
             await anyio.sleep(0.005)
 
     def release(self) -> bool:
