@@ -411,3 +411,20 @@ async def test_binary_output_is_kept_as_text(attack: Any) -> None:
     done = await attack([command("head -c 4096 /dev/urandom"), FIX, COMPLETE])
     assert "\ufffd" in done.outputs[0]
     assert done.disposition is Disposition.COMPLETED
+
+
+async def test_an_unusable_sandbox_refuses_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proctor._errors import SandboxUnavailableError
+    from proctor.runtime._actors.base import ScriptedActor
+    from proctor.runtime._control import run as run_module
+    from proctor.runtime._task import Task
+    from proctor.verifiers import CommandCheck
+
+    reason = "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    monkeypatch.setattr(run_module, "sandbox_available", lambda: reason)
+    (tmp_path / "ws").mkdir()
+    task = Task("x", tmp_path / "ws", checks=[CommandCheck("t", ["true"])])
+    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
+        await run_module.run(task, ScriptedActor([]), tmp_path / "j.db")
