@@ -29,6 +29,8 @@ The benchmarks (``--only NAME``):
 - ``budget``: one budget reservation round trip (``bench_budget``);
 - ``concurrency``: 1,000 concurrent runs in one process (``bench_concurrency``);
 - ``resume``: resume of a run with 100,000 steps of history (``bench_resume``);
+- ``sandbox``: a sandboxed ``run_command true`` against a plain spawn, and a
+  sandboxed pytest check against the same check on the host (``bench_sandbox``);
 - ``postgres``: the loop and the effect record on PostgreSQL, when
   ``PROCTOR_BENCH_PG_URL`` names a server.
 
@@ -432,6 +434,72 @@ def _ledger(p: Params) -> list[Figure]:
     ]
 
 
+def _sandbox(p: Params) -> list[Figure]:
+    import anyio
+    from benchmarks import bench_sandbox as bs
+
+    from proctor.runtime._tools.sandbox import sandbox_available
+
+    reason = sandbox_available()
+    if reason is not None:
+        return [Figure("sandbox.command", "Sandbox", "ms", skipped=reason)]
+    rounds = 10 if p.quick else 40
+    with tempfile.TemporaryDirectory() as tmp:
+        commands = anyio.run(bs.command_round, Path(tmp), rounds, backend="asyncio")
+        checks = anyio.run(bs.check_round, Path(tmp), 3 if p.quick else 5, backend="asyncio")
+    added = [s - b for s, b in zip(commands["sandboxed"], commands["plain"], strict=True)]
+    note = f"{rounds} rounds, interleaved; wall time of each call"
+    return [
+        Figure(
+            "sandbox.plain",
+            "A plain spawn of true",
+            "ms",
+            tuple(commands["plain"]),
+            spread="p10-p90",
+            note=note,
+        ),
+        Figure(
+            "sandbox.run_command",
+            "run_command true on the host",
+            "ms",
+            tuple(commands["run_command"]),
+            spread="p10-p90",
+            note=note,
+        ),
+        Figure(
+            "sandbox.command",
+            "run_command true in the sandbox",
+            "ms",
+            tuple(commands["sandboxed"]),
+            spread="p10-p90",
+            note=note,
+        ),
+        Figure(
+            "sandbox.added",
+            "What the sandbox adds to one command",
+            "ms",
+            tuple(added),
+            spread="p10-p90",
+            goal=("<", 5.0),
+            note=note,
+        ),
+        Figure(
+            "sandbox.check_host",
+            f"A pytest check of {bs.TESTS} tests on the host",
+            "ms",
+            tuple(checks["host"]),
+            spread="p10-p90",
+        ),
+        Figure(
+            "sandbox.check",
+            "The same check in the sandbox",
+            "ms",
+            tuple(checks["sandboxed"]),
+            spread="p10-p90",
+        ),
+    ]
+
+
 def _budget(p: Params) -> list[Figure]:
     import anyio
     from benchmarks import bench_budget as bb
@@ -662,6 +730,7 @@ BENCHMARKS: dict[str, Callable[[Params], list[Figure]]] = {
     "budget": _budget,
     "concurrency": _concurrency,
     "resume": _resume,
+    "sandbox": _sandbox,
     "postgres": _postgres,
 }
 

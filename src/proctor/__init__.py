@@ -17,6 +17,7 @@ from proctor._errors import JournalError as JournalError
 from proctor._errors import ProctorError as ProctorError
 from proctor._errors import RunEndedError as RunEndedError
 from proctor._errors import RunNotFoundError as RunNotFoundError
+from proctor._errors import SandboxUnavailableError as SandboxUnavailableError
 from proctor._errors import SchemaError as SchemaError
 from proctor._errors import SnapshotRefused as SnapshotRefused
 from proctor._errors import TrajectoryError as TrajectoryError
@@ -104,6 +105,7 @@ __all__ = (
     "RunEndedError",
     "RunNotFoundError",
     "RunResult",
+    "SandboxUnavailableError",
     "SchemaError",
     "ScriptedActor",
     "SnapshotRefused",

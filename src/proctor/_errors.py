@@ -15,6 +15,7 @@ Every error proctor raises derives from :class:`ProctorError`::
     ├── BudgetError                      a budget rule was broken (unknown model price, ...)
     ├── ActorError                       an actor could not produce a proposal
     ├── SnapshotRefused (ValueError)     a decision-core snapshot that cannot be restored
+    ├── SandboxUnavailableError          mode "auto" and bubblewrap cannot be used here
     ├── RunNotFoundError (LookupError)   no run with that id in the journal
     ├── RunEndedError                    an operator's request to a run that has ended
     └── WorkspaceBusyError               a workspace a live run holds
@@ -32,6 +33,7 @@ __all__ = (
     "ProctorError",
     "RunEndedError",
     "RunNotFoundError",
+    "SandboxUnavailableError",
     "SchemaError",
     "SnapshotRefused",
     "TrajectoryError",
@@ -136,3 +138,12 @@ class RunEndedError(ProctorError):
 
 class WorkspaceBusyError(ProctorError):
     """A run was refused: a live run holds its workspace (the message names that run)."""
+
+
+class SandboxUnavailableError(ProctorError, RuntimeError):
+    """
+    The sandbox is asked for (mode ``auto``) but bubblewrap cannot be used here.
+
+    The message says why and what would fix it (install bubblewrap, allow user
+    namespaces, or set ``[sandbox] mode = "off"``).
+    """

@@ -269,7 +269,7 @@ def _report(go: Any, console: Console, status: Any, as_json: bool) -> None:
             )
         console.print(f"candidate:   {result.candidate.digest}")
         for line in handoff.evidence:
-            console.print(f"evidence:    {line}", markup=False)
+            console.print(f"evidence:    {line}", markup=False, soft_wrap=True)
         for line in handoff.open_findings:
             console.print(f"open:        {line}", markup=False, soft_wrap=True)
         console.print(f"next:        {handoff.next_step} (owner: {handoff.owner})")
@@ -537,7 +537,7 @@ def show_command(run_id: str, journal: str, as_json: bool) -> None:
             )
         console.print(f"candidate:   {h.get('candidate_digest')}")
         for line in h.get("evidence", []):
-            console.print(f"evidence:    {line}", markup=False)
+            console.print(f"evidence:    {line}", markup=False, soft_wrap=True)
         for line in h.get("open_findings", []):
             console.print(f"open:        {line}", markup=False)
         console.print(f"spend:       {_budget_text(h.get('spend') or {})}")

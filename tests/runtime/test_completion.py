@@ -181,8 +181,10 @@ async def test_tests_changed_by_a_command_are_rejected_by_the_scope_check(tmp_pa
     assert scope
     assert not scope[0].passed
     assert "protected: tests/test_calc.py" in scope[0].excerpt
-    # The tests themselves passed: the scope check is what stopped the cheat.
-    assert next(e for e in result.evidence if e.check == "tests").passed
+    # The rewritten tests never ran: the check ran the baseline's, which still fail.
+    tests = next(e for e in result.evidence if e.check == "tests")
+    assert not tests.passed
+    assert "tests/test_calc.py::test_add" in tests.failing_tests
 
 
 async def test_prose_claims_of_success_change_nothing(tmp_path: Path) -> None:

@@ -86,8 +86,8 @@ async def test_build_rescue_completes_and_fences_later_writes(tmp_path: Path) ->
     assert result.disposition is Disposition.COMPLETED
     assert result.stop_reason is not None
     assert result.stop_reason.code == "checks_passed"
-    # The tests, and the scope check the protected tests imply.
-    assert [(e.check, e.passed) for e in result.evidence] == [("tests", True), ("scope", True)]
+    # The scope check the protected tests imply, judged before any check runs; the tests.
+    assert [(e.check, e.passed) for e in result.evidence] == [("scope", True), ("tests", True)]
     assert result.evidence[0].candidate_digest == result.candidate.digest
     # The write after completion was refused by the fence and never ran.
     assert "a + b" in (root / "calc.py").read_text()

@@ -68,7 +68,7 @@ SPAWN = (
 async def test_a_passing_command(tmp_path: Path) -> None:
     check = python(
         "import os, sys\n"
-        "print('snapshot', os.environ['PROCTOR_SNAPSHOT'])\n"
+        "print('snapshot', any(k.startswith('PROCTOR') for k in os.environ))\n"
         "print('stdin', repr(sys.stdin.read()))\n"
         "print('to stderr', file=sys.stderr)\n"
         "open('made.txt', 'w').write('here')\n"
@@ -82,7 +82,8 @@ async def test_a_passing_command(tmp_path: Path) -> None:
     assert evidence.command == (PY, "-c", check.run[2])
     assert evidence.findings == ()
     assert evidence.required
-    assert evidence.excerpt == "snapshot 1\nstdin ''\nto stderr\n"
+    # Nothing in the environment tells the program it is being verified.
+    assert evidence.excerpt == "snapshot False\nstdin ''\nto stderr\n"
     expected = hashlib.blake2b(evidence.excerpt.encode(), digest_size=16).hexdigest()
     assert evidence.output_digest == expected
     assert (tmp_path / "made.txt").read_text() == "here"  # it ran in the snapshot

@@ -24,6 +24,7 @@ from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime._progress.judge import TaskFacts
 from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
+from proctor.runtime._tools.sandbox import SandboxSettings
 from proctor.runtime._tools.spec import ToolSpec, spec_for
 from proctor.verifiers._candidate import DEFAULT_IGNORE
 from proctor.verifiers._checks import CommandCheck, contract_version
@@ -96,6 +97,9 @@ def _describe_check(check: Check) -> dict[str, Any]:
             "expect_exit": check.expect_exit,
             "time_limit": check.time_limit,
             "junit": check.junit,
+            "harness": list(check.harness),
+            "not_harness": list(check.not_harness),
+            "must_pass": list(check.must_pass),
         }
     elif isinstance(check, FileCheck):
         data |= {"kind": "files", "files": list(check.paths), "pattern": check.pattern}
@@ -146,6 +150,9 @@ class Task:
             ``needs_input`` at once, as past the wait.
         approvals: tool calls that wait for ``proctor approve`` / ``proctor deny``.
         approval_wait: seconds a call waits for approval; past it the call is refused.
+        sandbox: how commands and checks are isolated (a task file's ``[sandbox]``).
+        source: the task file it was loaded from, if any: kept out of the actor's
+            reach like the journal.
     """
 
     goal: str
@@ -165,6 +172,8 @@ class Task:
     answer_wait: float = 0.0
     approvals: tuple[Approval, ...] = attrs.field(default=(), converter=_approval_rules)
     approval_wait: float = 600.0
+    sandbox: SandboxSettings = attrs.field(factory=SandboxSettings)
+    source: Path | None = None
 
     def __attrs_post_init__(self) -> None:
         for name in ("answer_wait", "approval_wait"):
@@ -192,11 +201,24 @@ class Task:
             )
 
     def all_checks(self) -> tuple[Check, ...]:
-        """The checks the verifier runs: the task's, and the scope check it implies."""
-        implied = self.protected or self.scope
+        """
+        The checks the verifier runs: the task's, and the scope check it implies
+        (protected paths, a scope, or a command check, whose harness is fenced).
+        """
+        implied = (
+            self.protected or self.scope or any(isinstance(c, CommandCheck) for c in self.checks)
+        )
         if implied and not any(isinstance(c, ScopeCheck) for c in self.checks):
             return (*self.checks, ScopeCheck())
         return self.checks
+
+    def harness(self) -> tuple[str, ...]:
+        """The glob patterns of every command check's harness, for the scope check."""
+        found: list[str] = []
+        for check in self.checks:
+            if isinstance(check, CommandCheck):
+                found += check.harness_patterns(self.workspace)
+        return tuple(dict.fromkeys(found))
 
     def contract(self) -> dict[str, Any]:
         """The acceptance contract as plain data: what decides success."""
@@ -245,6 +267,8 @@ class Task:
             "answer_wait": self.answer_wait,
             "approvals": [{"tool": a.tool, "patterns": list(a.patterns)} for a in self.approvals],
             "approval_wait": self.approval_wait,
+            "sandbox": self.sandbox.describe(),
+            "source": None if self.source is None else str(self.source),
             # The whole table, built-in prices included: a resumed run charges its
             # model calls as the first did, whatever this proctor's table says.
             "prices": {
@@ -277,6 +301,9 @@ class Task:
                         time_limit=c.get("time_limit", 600.0),
                         required=c.get("required", True),
                         junit=c.get("junit"),
+                        harness=tuple(c.get("harness", ())),
+                        not_harness=tuple(c.get("not_harness", ())),
+                        must_pass=tuple(c.get("must_pass", ())),
                     )
                 )
             elif kind == "files":
@@ -312,6 +339,8 @@ class Task:
                 Approval(a["tool"], tuple(a["patterns"])) for a in data.get("approvals", [])
             ),
             approval_wait=float(data.get("approval_wait", 600.0)),
+            sandbox=SandboxSettings.from_mapping(data.get("sandbox") or {}),
+            source=None if data.get("source") is None else Path(data["source"]),
             prices=PriceTable()
             if data.get("prices") is None
             else PriceTable(
@@ -388,7 +417,6 @@ class TaskFile:
     actor: ActorSpec
 
 
-_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "approve")
 _TASK = (
     "goal",
     "workspace",
@@ -399,7 +427,30 @@ _TASK = (
     "template",
     "answer_wait",
 )
-_CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit", "files", "pattern")
+_TOP = (
+    "task",
+    "checks",
+    "contract",
+    "budget",
+    "policy",
+    "actor",
+    "prices",
+    "approve",
+    "sandbox",
+)
+_CHECK = (
+    "name",
+    "run",
+    "expect_exit",
+    "time_limit",
+    "required",
+    "junit",
+    "files",
+    "pattern",
+    "harness",
+    "not_harness",
+    "must_pass",
+)
 _CONTRACT = ("protected", "scope", "required_files")
 
 
@@ -473,7 +524,7 @@ def _named(message: str, table: str) -> str:
 
 
 def _message(message: str) -> str:
-    return re.sub(r"^(budget|policy|prices|actor)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message)
+    return re.sub(r"^(budget|policy|prices|actor|sandbox)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message)
 
 
 def _table(where: _Where, data: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -635,7 +686,11 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             )
         try:
             if "files" in raw:
-                extra = sorted(set(raw) & {"run", "expect_exit", "time_limit", "junit"})
+                extra = sorted(
+                    set(raw)
+                    & {"run", "expect_exit", "time_limit", "junit", "harness", "not_harness"}
+                    | set(raw) & {"must_pass"}
+                )
                 if extra:
                     raise where.error(f"{field}.{extra[0]}", "a files check takes no command keys")
                 checks.append(
@@ -657,6 +712,13 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
                     time_limit=raw.get("time_limit", 600.0),
                     required=raw.get("required", True),
                     junit=raw.get("junit"),
+                    harness=tuple(_str_list(where, raw.get("harness", []), f"{field}.harness")),
+                    not_harness=tuple(
+                        _str_list(where, raw.get("not_harness", []), f"{field}.not_harness")
+                    ),
+                    must_pass=tuple(
+                        _str_list(where, raw.get("must_pass", []), f"{field}.must_pass")
+                    ),
                 )
             )
         except (ConfigError, TypeError, ValueError) as exc:
@@ -692,6 +754,10 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
 
     actor = _actor_spec(where, _table(where, data, "actor"), base)
     try:
+        sandbox = SandboxSettings.from_mapping(_table(where, data, "sandbox"), base.resolve())
+    except ConfigError as exc:
+        raise where.error(_named(str(exc), "sandbox"), _message(str(exc))) from None
+    try:
         built = Task(
             goal=goal,
             workspace=workspace_path,
@@ -710,6 +776,8 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             answer_wait=float(answer_wait),
             approvals=approvals,
             approval_wait=approval_wait,
+            sandbox=sandbox,
+            source=path.resolve(),
         )
     except ConfigError as exc:
         raise where.error("checks", str(exc)) from None

@@ -13,7 +13,9 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
@@ -26,9 +28,18 @@ import structlog
 from anyio.abc import ByteReceiveStream, Process
 
 from proctor._digest import digest
-from proctor._errors import ConfigError
+from proctor._errors import ConfigError, SandboxUnavailableError
 from proctor.runtime._tools.process import kill_group
+from proctor.runtime._tools.sandbox import Launch, launch, limit_note, sandbox_env
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
+from proctor.verifiers._harness import (
+    JUnitError,
+    harness_patterns,
+    is_pytest,
+    judge_against_baseline,
+    parse_junit,
+    pytest_addopts,
+)
 from proctor.verifiers._more_checks import CheckContext
 
 __all__ = ("CommandCheck", "contract_version")
@@ -48,6 +59,10 @@ _JUNIT_MAX_BYTES: Final = 64 * 1024 * 1024
 def _as_run(value: Sequence[str] | str) -> tuple[str, ...] | str:
     # Lists (from TOML, or written by hand) become tuples: the check is frozen and hashable.
     return value if isinstance(value, str) else tuple(value)
+
+
+def _strings(value: Sequence[str]) -> tuple[str, ...]:
+    return tuple(value)
 
 
 def _check_run(instance: CommandCheck, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -106,6 +121,13 @@ class CommandCheck:
         junit: a path, relative to the candidate, of a JUnit XML report the command
             writes; the names of its failing test cases become the evidence's
             ``failing_tests``.
+        harness: glob patterns added to the check's harness (the files that decide
+            how it runs, restored from the baseline and fenced).
+        not_harness: patterns taken out of the default harness, exactly as
+            :func:`~proctor.verifiers._harness.harness_patterns` gives them
+            (``**/pyproject.toml``).
+        must_pass: test ids (``tests/test_x.py::test_y``) that must pass, besides
+            the ones the baseline requires.
 
     Raises:
         ConfigError: an empty name or command, a time limit that is not a positive
@@ -118,11 +140,31 @@ class CommandCheck:
     time_limit: float = attrs.field(default=600.0, validator=_check_time_limit)
     required: bool = True
     junit: str | None = attrs.field(default=None, validator=_check_junit)
+    harness: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    not_harness: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    must_pass: tuple[str, ...] = attrs.field(default=(), converter=_strings)
 
     @property
     def argv(self) -> tuple[str, ...]:
         """The argv the check runs (a shell string becomes ``/bin/sh -c``)."""
         return (_SHELL, "-c", self.run) if isinstance(self.run, str) else self.run
+
+    @property
+    def runs_pytest(self) -> bool:
+        """Whether the command runs pytest, whose per-test results the check then reads."""
+        return is_pytest(self.run)
+
+    def harness_patterns(self, workspace: Path) -> tuple[str, ...]:
+        """
+        Return the glob patterns of the files that decide how this check runs.
+
+        Args:
+            workspace: the workspace the check's command runs in.
+        """
+        argv = self.run.split() if isinstance(self.run, str) else list(self.run)
+        found = harness_patterns(argv or ["sh"], workspace=workspace, cwd=workspace)
+        kept = [p for p in found if p not in self.not_harness]
+        return tuple(dict.fromkeys((*kept, *self.harness)))
 
     async def run_check(
         self,
@@ -134,9 +176,14 @@ class CommandCheck:
         """
         Run the command in the snapshot directory and return its evidence.
 
-        The command runs in its own session and process group, with stdin from
-        ``/dev/null``, stdout and stderr merged, and ``PROCTOR_SNAPSHOT=1`` in its
-        environment. When it exits, whatever it left running in its group is killed;
+        The command runs in the context's sandbox (``snapshot`` bound at the
+        workspace's own path, the sandbox's environment; nothing in it says it is
+        being verified), or on the host when the context has none; in its own
+        session and process group, with stdin from ``/dev/null``, stdout and stderr
+        merged. A pytest command writes per-test results (``PYTEST_ADDOPTS``), which
+        decide the check with the exit code: judged against the baseline's results
+        when the context has them, else at least one test must have run and every
+        ``must_pass`` id passed. When it exits, whatever it left running in its group is killed;
         at the time limit the whole group is killed and the check fails. A command
         that cannot start fails the check with the error in the excerpt. If
         ``junit`` is set, a stale report in the snapshot is removed before the run.
@@ -159,46 +206,83 @@ class CommandCheck:
                 report.unlink(missing_ok=True)
             except OSError as exc:
                 notes.append(f"a stale JUnit report {self.junit} could not be removed: {exc}")
-        env = dict(os.environ, PROCTOR_SNAPSHOT="1")
-        try:
-            process = await anyio.open_process(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=snapshot,
-                env=env,
-                start_new_session=True,
+        results: Path | None = None
+        extra: dict[str, str] = {}
+        if self.runs_pytest:
+            results = Path(tempfile.mkdtemp(prefix="pytest-report-"))
+            extra["PYTEST_ADDOPTS"] = pytest_addopts(results / "report.xml")
+        sandbox = context.sandbox if context is not None else None
+        launched: Launch | None = None
+        spawn: list[str] = list(argv)
+        cwd = snapshot
+        if sandbox is not None:
+            spec = attrs.evolve(
+                sandbox,
+                writable=snapshot,
+                mount_at=sandbox.inside,
+                env=(*sandbox.env, *extra.items()),
+                extra_writable=(*sandbox.extra_writable, *([results] if results else [])),
             )
-        except OSError as exc:
-            notes.append(f"the command could not start: {exc}")
-            findings.append("not_started")
-        else:
+            env = sandbox_env(spec, os.environ)
             try:
-                exit_code, held_open = await self._supervise(process, output)
-            finally:
-                # Also reached on cancellation (the run ended): nothing is orphaned.
-                kill_group(process.pid)
+                launched = launch(argv, spec)
+            except SandboxUnavailableError as exc:
+                notes.append(f"the sandbox cannot be used: {exc}")
+                findings.append("not_started")
+            else:
+                spawn, cwd = launched.argv, launched.cwd
+        else:
+            env = {**os.environ, **extra}
+        env_digest = hashlib.blake2b(
+            "\n".join(f"{k}={v}" for k, v in sorted(env.items())).encode(), digest_size=16
+        ).hexdigest()
+        try:
+            if "not_started" not in findings:
+                await self._run_process(
+                    spawn,
+                    cwd,
+                    launched.env if launched is not None else env,
+                    output,
+                    notes,
+                    findings,
+                )
+                exit_code = output.exit_code
+            tests: dict[str, str] = {}
+            if results is not None and "not_started" not in findings:
+                try:
+                    tests = dict(parse_junit(results / "report.xml", root=snapshot))
+                except JUnitError as exc:
+                    notes.append(f"no per-test results: {exc}")
+                    findings.append("junit_missing")
+        finally:
+            if launched is not None:
                 with anyio.move_on_after(5, shield=True):
-                    await process.aclose()
-            if exit_code is None:
-                notes.append(
-                    f"time limit of {self.time_limit:g}s reached; the process group was killed"
-                )
-                findings.append("time_limit")
-                exit_code = process.returncode
-            elif held_open:
-                notes.append(
-                    "the command exited but a process outside its group kept the output"
-                    " open; the output may be incomplete"
-                )
-                findings.append("output_held_open")
+                    await launched.wait_empty()
+            forks_refused = launched.release() if launched is not None else False
+            if results is not None:
+                shutil.rmtree(results, ignore_errors=True)
+        reached = limit_note(exit_code, launched is not None and launched.sandboxed, forks_refused)
+        if reached is not None:
+            notes.append(reached)
+            findings.append("limit")
         duration = time.monotonic() - started
         ran_out = "time_limit" in findings or "not_started" in findings
         passed = not ran_out and exit_code == self.expect_exit
         failing: tuple[str, ...] = ()
         if report is not None and "not_started" not in findings:
             failing = _failing_tests(report, self.junit or "", notes, findings)
+        if results is not None and not ran_out:
+            failing = tuple(sorted(t for t, o in tests.items() if o in ("failed", "error")))
+            if "junit_missing" in findings:
+                passed = False
+            else:
+                baseline = (context.baseline_tests if context is not None else {}).get(self.name)
+                problem = _test_problem(tests, baseline, self.must_pass)
+                if problem is not None:
+                    if passed:
+                        notes.append(problem)
+                    passed = False
+                    findings.append("tests")
         evidence = Evidence(
             candidate_digest=digest,
             contract_version=contract_version,
@@ -213,6 +297,8 @@ class CommandCheck:
             at=time.time(),
             findings=tuple(findings),
             required=self.required,
+            env_digest=env_digest,
+            tests=tuple(sorted(tests.items())) if results is not None else (),
         )
         log.info(
             "verifier.check_finished",
@@ -223,6 +309,51 @@ class CommandCheck:
             findings=evidence.findings,
         )
         return evidence
+
+    async def _run_process(
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        output: _Output,
+        notes: list[str],
+        findings: list[str],
+    ) -> None:
+        """Start the command, supervise it within the time limit, note how it ended."""
+        try:
+            process = await anyio.open_process(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            notes.append(f"the command could not start: {exc}")
+            findings.append("not_started")
+            return
+        try:
+            exit_code, held_open = await self._supervise(process, output)
+        finally:
+            # Also reached on cancellation (the run ended): nothing is orphaned.
+            kill_group(process.pid)
+            with anyio.move_on_after(5, shield=True):
+                await process.aclose()
+        if exit_code is None:
+            notes.append(
+                f"time limit of {self.time_limit:g}s reached; the process group was killed"
+            )
+            findings.append("time_limit")
+            exit_code = process.returncode
+        elif held_open:
+            notes.append(
+                "the command exited but a process outside its group kept the output"
+                " open; the output may be incomplete"
+            )
+            findings.append("output_held_open")
+        output.exit_code = exit_code
 
     async def _supervise(self, process: Process, output: _Output) -> tuple[int | None, bool]:
         """
@@ -259,6 +390,7 @@ class _Output:
 
     digest: hashlib.blake2b = attrs.field(factory=lambda: hashlib.blake2b(digest_size=16))
     tail: bytearray = attrs.field(factory=bytearray)
+    exit_code: int | None = None
 
     async def read(self, stream: ByteReceiveStream) -> None:
         async for chunk in stream:
@@ -310,6 +442,20 @@ def _failing_tests(
         classname = case.get("classname", "")
         failing.add(f"{classname}.{test}" if classname else test)
     return tuple(sorted(failing))
+
+
+def _test_problem(tests: dict[str, str], baseline: Any, must_pass: Sequence[str]) -> str | None:
+    """Say why the per-test results do not pass, or None."""
+    if baseline is not None:
+        ok, reason, _, _ = judge_against_baseline(baseline, tests, must_pass)
+        return None if ok else f"against the baseline: {reason}"
+    ran = [t for t, o in tests.items() if o != "skipped"]
+    if not ran:
+        return "no test ran (everything was skipped, deselected or not collected)"
+    missing = [t for t in must_pass if tests.get(t) != "passed"]
+    if missing:
+        return f"must_pass test(s) did not pass: {', '.join(missing[:5])}"
+    return None
 
 
 def contract_version(payload: Any) -> str:

@@ -41,6 +41,12 @@ class Evidence:
         findings: machine-readable notes (``time_limit``, ``not_started``,
             ``junit_missing``, ...).
         required: whether completion needs this check to pass.
+        env_digest: blake2b (16 bytes, hex) of the command's environment (sorted
+            ``NAME=value`` lines), so that what ran can be told apart.
+        tests: ``(test id, outcome)`` for each test the check ran (pytest's JUnit
+            report), outcome ``passed``, ``failed``, ``error`` or ``skipped``.
+        baseline: the check ran on the task's baseline, before the actor's first
+            step: the evidence says what was failing, it completes nothing.
     """
 
     candidate_digest: str
@@ -57,6 +63,9 @@ class Evidence:
     at: float = 0.0
     findings: tuple[str, ...] = ()
     required: bool = True
+    env_digest: str = ""
+    tests: tuple[tuple[str, str], ...] = ()
+    baseline: bool = False
 
     def is_for(self, digest: str, contract_version: str) -> bool:
         """

@@ -24,6 +24,7 @@ import attrs
 
 from proctor._digest import digest as text_digest
 from proctor._errors import ConfigError
+from proctor.runtime._tools.sandbox import SandboxSpec
 from proctor.verifiers._candidate import DEFAULT_IGNORE, TreeHasher, changed_paths, matches
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
 
@@ -49,6 +50,13 @@ class CheckContext:
         scope: glob patterns the change must stay within (empty: anywhere).
         ignore: glob patterns left out of the candidate.
         evidence: the evidence other checks produced for this snapshot so far.
+        harness: glob patterns of the command checks' harness files (see
+            ``verifiers._harness``): a change there fails the scope check.
+        sandbox: the sandbox command checks run in; its writable directory is the
+            workspace, where each check's copy is bound. None runs them on the host.
+        baseline_tests: per check, the outcome of each test at the baseline.
+        baseline_files: the baseline's protected and harness files, restored in
+            each command check's copy (``verifiers._harness.collect_files``).
     """
 
     baseline: Mapping[str, str] = attrs.field(factory=dict)
@@ -56,6 +64,10 @@ class CheckContext:
     scope: tuple[str, ...] = ()
     ignore: tuple[str, ...] = DEFAULT_IGNORE
     evidence: tuple[Evidence, ...] = ()
+    harness: tuple[str, ...] = ()
+    sandbox: SandboxSpec | None = None
+    baseline_tests: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
+    baseline_files: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
 
 
 @runtime_checkable
@@ -129,11 +141,17 @@ class ScopeCheck:
         await anyio.to_thread.run_sync(hasher.digest)
         changed = changed_paths(dict(context.baseline), hasher.files())
         problems = [f"protected: {p}" for p in changed if matches(p, context.protected)]
+        problems += [
+            f"harness: {p} decides how a check runs; it may not be changed"
+            for p in changed
+            if matches(p, context.harness) and not matches(p, context.protected)
+        ]
         if context.scope:
+            fenced = (*context.protected, *context.harness)
             problems += [
                 f"out of scope: {p}"
                 for p in changed
-                if not matches(p, context.scope) and not matches(p, context.protected)
+                if not matches(p, context.scope) and not matches(p, fenced)
             ]
         report = (
             "\n".join(problems) if problems else f"{len(changed)} changed path(s), all in scope"

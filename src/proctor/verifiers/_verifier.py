@@ -9,6 +9,7 @@ is about exactly the tree it checked.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import anyio
@@ -16,11 +17,13 @@ import attrs
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from proctor.verifiers._candidate import tree_digest
+from proctor.verifiers._candidate import freeze, tree_digest
+from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._evidence import Evidence
-from proctor.verifiers._more_checks import Check, CheckContext, JudgeCheck
+from proctor.verifiers._harness import escaping_links, restore
+from proctor.verifiers._more_checks import Check, CheckContext, JudgeCheck, ScopeCheck
 
-__all__ = ("VerifyRequest", "VerifyResult", "run_verifier")
+__all__ = ("VerifyRequest", "VerifyResult", "run_verifier", "verify_snapshot")
 
 log = structlog.get_logger()
 
@@ -58,6 +61,84 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _order(check: Check) -> int:
+    # The scope verdict first, on the frozen candidate itself, before any code of it
+    # runs; judges last, seeing the others' evidence.
+    if isinstance(check, ScopeCheck):
+        return 0
+    return 2 if isinstance(check, JudgeCheck) else 1
+
+
+def _fresh_copy(snapshot: Path, check: CommandCheck, context: CheckContext) -> Path:
+    """A private copy of the candidate for one command check, its harness the baseline's."""
+    copy = Path(tempfile.mkdtemp(prefix="proctor-check-")) / "tree"
+    freeze(snapshot, copy, context.ignore)
+    workspace = context.sandbox.inside if context.sandbox is not None else snapshot
+    patterns = (*context.protected, *check.harness_patterns(workspace))
+    restore(copy, patterns, context.baseline_files)
+    return copy
+
+
+def _invalid(check: Check, digest: str, version: str, reason: str) -> Evidence:
+    return Evidence(
+        candidate_digest=digest,
+        contract_version=version,
+        check=check.name,
+        passed=False,
+        excerpt=f"[proctor] the candidate is invalid: {reason}",
+        findings=("invalid_candidate",),
+        required=check.required,
+    )
+
+
+async def verify_snapshot(
+    snapshot: Path,
+    contract_version: str,
+    checks: tuple[Check, ...],
+    context: CheckContext,
+    *,
+    baseline: bool = False,
+) -> tuple[str, tuple[Evidence, ...]]:
+    """
+    Judge one frozen candidate: its digest first, then its validity and scope, then the checks.
+
+    A symlink that leaves the candidate makes it invalid: every check fails with
+    the reason and none runs. Each command check runs on its own fresh copy of
+    the candidate, with the protected paths and the check's harness restored
+    from the baseline, in the context's sandbox bound at the workspace's path.
+
+    Args:
+        snapshot: the frozen candidate (left in place).
+        contract_version: the contract the evidence is bound to.
+        checks: the checks to run.
+        context: the baseline, patterns and sandbox the checks need.
+        baseline: the snapshot is the task's baseline (the evidence says so).
+
+    Returns:
+        The snapshot's digest and the evidence, one per check.
+    """
+    digest = await anyio.to_thread.run_sync(tree_digest, snapshot, context.ignore)
+    links = await anyio.to_thread.run_sync(escaping_links, snapshot, context.ignore)
+    if links:
+        reason = "a symlink leaves the workspace: " + ", ".join(links[:5])
+        log.info("verifier.invalid_candidate", digest=digest, links=links[:5])
+        return digest, tuple(_invalid(c, digest, contract_version, reason) for c in checks)
+    evidence: list[Evidence] = []
+    for check in sorted(checks, key=_order):
+        here = attrs.evolve(context, evidence=tuple(evidence))
+        if isinstance(check, CommandCheck):
+            copy = await anyio.to_thread.run_sync(_fresh_copy, snapshot, check, context)
+            try:
+                found = await check.run_check(copy, digest, contract_version, here)
+            finally:
+                with anyio.move_on_after(30, shield=True):
+                    await anyio.to_thread.run_sync(_remove, copy.parent)
+        else:
+            found = await check.run_check(snapshot, digest, contract_version, here)
+        evidence.append(attrs.evolve(found, baseline=True) if baseline else found)
+    return digest, tuple(evidence)
+
+
 async def run_verifier(
     requests: ObjectReceiveStream[VerifyRequest],
     results: ObjectSendStream[VerifyResult],
@@ -66,24 +147,17 @@ async def run_verifier(
     async with requests, results:
         async for request in requests:
             try:
-                digest = await anyio.to_thread.run_sync(
-                    tree_digest, request.snapshot, request.context.ignore
+                digest, evidence = await verify_snapshot(
+                    request.snapshot, request.contract_version, request.checks, request.context
                 )
-                evidence: list[Evidence] = []
-                ordered = sorted(request.checks, key=lambda c: isinstance(c, JudgeCheck))
-                for check in ordered:
-                    context = attrs.evolve(request.context, evidence=tuple(evidence))
-                    evidence.append(
-                        await check.run_check(
-                            request.snapshot, digest, request.contract_version, context
-                        )
-                    )
             finally:
                 with anyio.move_on_after(30, shield=True):
                     await anyio.to_thread.run_sync(_remove, request.snapshot)
+                    if request.snapshot.parent.name.startswith("proctor-candidate-"):
+                        await anyio.to_thread.run_sync(_remove, request.snapshot.parent)
             log.info(
                 "verifier.judged",
                 digest=digest,
                 passed=all(e.passed for e in evidence if e.required),
             )
-            await results.send(VerifyResult(request.ref, digest, tuple(evidence)))
+            await results.send(VerifyResult(request.ref, digest, evidence))

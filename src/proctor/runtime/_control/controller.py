@@ -221,6 +221,12 @@ class Controller:
     effects: EffectLedger = attrs.field(factory=EffectLedger)
     step_base: int = 0
     baseline: dict[str, str] = attrs.field(factory=dict)
+    # What the verifier needs besides the baseline's digests: the checks' sandbox,
+    # the baseline's protected and harness files, its per-test results.
+    check_context: CheckContext = attrs.field(factory=CheckContext)
+    # Candidates this controller had judged: a verdict it did not write (an
+    # earlier run's, or a forged row) is never enough to complete.
+    _judged_here: set[tuple[str, str]] = attrs.field(factory=set)
     _notes_seen: int = 0
     _snapshot_step: int = 0
     # The run's newest note id as the last step's write read it; None: not known.
@@ -1105,7 +1111,8 @@ class Controller:
         self.judge.observe_candidate(current)
         known = self.judge.evidence.get((current, self.judge.contract_version), {})
         names = [c.name for c in self.task.all_checks()]
-        if names and all(name in known for name in names):
+        judged_here = (current, self.judge.contract_version) in self._judged_here
+        if judged_here and names and all(name in known for name in names):
             accepted = self.judge.accept()
             if accepted is not None:
                 # Judged already (perhaps by a run whose host died before it ended).
@@ -1128,7 +1135,8 @@ class Controller:
                 snapshot,
                 self.task.contract_version,
                 self.task.all_checks(),
-                CheckContext(
+                attrs.evolve(
+                    self.check_context,
                     baseline=self.baseline,
                     protected=self.task.protected,
                     scope=self.task.scope,
@@ -1137,6 +1145,7 @@ class Controller:
             )
         )
         result: VerifyResult = await self._reply(ref, (VerifyResult,))
+        self._judged_here.add((result.digest, self.task.contract_version))
         # Whatever changed while the checks ran makes their evidence stale.
         self.judge.observe_candidate(await self._digest())
         lines = []
@@ -1231,7 +1240,13 @@ class Controller:
         records = await self.journal.evidence(task_id=self.task_id)
         evidence = [converter.structure(r, Evidence) for r in records]
         self.handoff = _handoff(
-            self.run_id, self.judge, self.effects, spend, self.final_digest, evidence
+            self.run_id,
+            self.judge,
+            self.effects,
+            spend,
+            self.final_digest,
+            evidence,
+            sandboxed=self.task.sandbox.mode != "off",
         )
         await self._snapshot()
         # From here on the journal itself refuses effect dispatches for this run.

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -18,7 +22,14 @@ import structlog
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from proctor._errors import FencedError, ProctorError, WorkspaceBusyError
+from proctor._errors import (
+    ConfigError,
+    FencedError,
+    ProctorError,
+    SandboxUnavailableError,
+    WorkspaceBusyError,
+)
+from proctor._wire import to_jsonable
 from proctor.budgets._accountant import (
     AccountantRequest,
     run_accountant,
@@ -44,9 +55,17 @@ from proctor.runtime._records import (
 from proctor.runtime._task import Task, prepare_workspace
 from proctor.runtime._tools.process import ProcessGroups, end_groups, pid_alive
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry
+from proctor.runtime._tools.sandbox import (
+    SandboxSpec,
+    python_binds,
+    sandbox_available,
+)
 from proctor.runtime._tools.workspace import Workspace
-from proctor.verifiers._candidate import TreeHasher
-from proctor.verifiers._verifier import VerifyRequest, run_verifier
+from proctor.verifiers._candidate import TreeHasher, changed_paths, freeze
+from proctor.verifiers._checks import CommandCheck
+from proctor.verifiers._harness import collect_files
+from proctor.verifiers._more_checks import CheckContext
+from proctor.verifiers._verifier import VerifyRequest, run_verifier, verify_snapshot
 
 __all__ = ("HEARTBEAT_SECONDS", "Stopper", "run", "start_run")
 
@@ -233,6 +252,149 @@ def _groups_of(run_id: str) -> set[int]:
     return found
 
 
+def own_paths(
+    task: Task, journal: JournalLike, actor_spec: Mapping[str, Any] | None
+) -> dict[str, Path]:
+    """
+    Return proctor's own files for a run, by what they are: the journal (a file
+    journal), the task file and the actor's script. None of them may lie inside
+    the workspace, and none is visible from a command.
+    """
+    own: dict[str, Path] = {}
+    where = journal.path
+    if where and "://" not in where:
+        own["journal"] = Path(where).resolve()
+    if task.source is not None:
+        own["task file"] = Path(task.source).resolve()
+    script = (actor_spec or {}).get("script")
+    if isinstance(script, str) and script:
+        own["actor script"] = Path(script).resolve()
+    return own
+
+
+def _refuse_inside(task: Task, own: Mapping[str, Path]) -> None:
+    """Refuse a run whose journal, task file or actor script lies inside the workspace."""
+    root = Path(task.workspace).resolve()
+    for what, given in own.items():
+        path = given.resolve()
+        if path == root or root in path.parents:
+            fix = {
+                "journal": "give --journal a path outside the workspace",
+                "task file": (
+                    "move the task file out of the workspace, or set [task] workspace to a"
+                    " directory that does not contain it (an omitted workspace is the task"
+                    " file's own directory)"
+                ),
+                "actor script": "move the actor's script out of the workspace",
+            }[what]
+            raise ConfigError(
+                f"the {what} {path} lies inside the workspace {root}: the actor's commands"
+                f" could read or rewrite it; {fix}"
+            )
+
+
+def command_sandbox(task: Task, hide: tuple[Path, ...]) -> SandboxSpec:
+    """
+    Return the sandbox the actor's commands run in: the workspace writable, the
+    interpreter proctor runs in read-only (checks written as ``python -m pytest``
+    need it), proctor's own files covered.
+    """
+    workspace = Path(task.workspace).resolve()
+    return task.sandbox.spec(
+        workspace,
+        ro_binds=python_binds(sys.executable, skip_under=[workspace]),
+        hide=hide,
+    )
+
+
+def _proctor_package() -> Path:
+    # proctor's own code, wherever it is installed: never visible to a command.
+    return Path(__file__).resolve().parent.parent.parent
+
+
+async def _baseline_evidence(
+    task: Task,
+    journal: JournalLike,
+    run_id: str,
+    task_id: str,
+    sandbox: SandboxSpec,
+    files: Mapping[str, Mapping[str, Any]],
+    baseline: Mapping[str, str],
+) -> dict[str, dict[str, str]]:
+    """
+    Run the checks that report per-test results on the baseline, before the actor's
+    first step; journal their evidence and return each one's test outcomes.
+    """
+    checks = tuple(c for c in task.checks if isinstance(c, CommandCheck) and c.runs_pytest)
+    if not checks:
+        return {}
+    snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
+    try:
+        await anyio.to_thread.run_sync(freeze, task.workspace, snapshot, task.ignore)
+        context = CheckContext(
+            baseline=dict(baseline),
+            protected=task.protected,
+            ignore=task.ignore,
+            sandbox=sandbox,
+            baseline_files=files,
+        )
+        _, evidence = await verify_snapshot(
+            snapshot, task.contract_version, checks, context, baseline=True
+        )
+    finally:
+        with anyio.move_on_after(30, shield=True):
+            await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
+    found: dict[str, dict[str, str]] = {}
+    for ev in evidence:
+        await journal.add_evidence(run_id, task_id, to_jsonable(ev))
+        if ev.tests:
+            found[ev.check] = dict(ev.tests)
+        log.info("run.baseline", check=ev.check, tests=len(ev.tests), failing=ev.failing_tests)
+    return found
+
+
+async def _inherited_baseline(
+    journal: JournalLike, task_id: str
+) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """The baseline's files and per-test results, from the task's first run."""
+    runs = sorted(await journal.runs_of_task(task_id), key=lambda r: r.started_at)
+    for row in runs:
+        start = await journal.latest_note(row.run_id, NoteKind.START)
+        if start is not None:
+            body = start["body"]
+            return dict(body.get("baseline_files", {})), dict(body.get("baseline_tests", {}))
+    return {}, {}
+
+
+async def _fence_breach(
+    journal: JournalLike, run_id: str, hasher: TreeHasher, at_end: str
+) -> str | None:
+    """
+    Compare the workspace, once every process of the run is gone, with the candidate
+    the run ended on: a difference was written after the end, and is journaled.
+    """
+    if not at_end:
+        return None
+    before = hasher.files()
+    hasher.invalidate("")
+    try:
+        now = await anyio.to_thread.run_sync(hasher.digest)
+    except OSError:
+        return None
+    if now == at_end:
+        return None
+    changed = changed_paths(before, hasher.files())
+    log.warning("run.fence_breach", at_end=at_end, now=now, changed=changed[:20])
+    await journal.add_note(
+        run_id, "fence_breach", {"at_end": at_end, "now": now, "changed": list(changed)}
+    )
+    shown = ", ".join(changed[:10]) + (f" (+{len(changed) - 10} more)" if len(changed) > 10 else "")
+    return (
+        f"fence breach: the workspace changed after the run ended (candidate {at_end[:12]},"
+        f" now {now[:12]}): {shown or 'the tree differs'}"
+    )
+
+
 async def run(
     task: Task,
     actor: Actor,
@@ -285,6 +447,9 @@ async def run(
     }
     if not isinstance(journal, str | os.PathLike):
         return await start_run(task, actor, journal, **options)
+    if "://" not in os.fspath(journal):
+        # Before the file exists: a journal the actor could write is never made.
+        _refuse_inside(task, {"journal": Path(journal)})
     async with open_journal(journal) as j:
         return await start_run(task, actor, j, **options)
 
@@ -360,6 +525,13 @@ async def _run(
 ) -> RunResult:
     takeover = claimed is not None and claimed.previous_epoch > 0
     inherits = parent_run_id is not None or takeover
+    own = own_paths(task, journal, actor_spec)
+    _refuse_inside(task, own)
+    if task.sandbox.mode == "auto":
+        reason = await anyio.to_thread.run_sync(sandbox_available)
+        if reason is not None:
+            raise SandboxUnavailableError(f"the task's [sandbox] mode is 'auto', but {reason}")
+    hide = (*own.values(), _proctor_package())
     resuming_task = task_id if inherits else None
     _HOSTED.add(run_id)
     await _hold_workspace(journal, task, run_id, resuming_task=resuming_task)
@@ -412,12 +584,17 @@ async def _run(
         await journal.end_process(run_id, pgid, how)
 
     groups = ProcessGroups(on_start=group_started, on_end=group_ended)
+    if task.sandbox.mode == "off":
+        log.warning("run.unsandboxed", workspace=str(task.workspace))
+        await journal.add_note(run_id, "sandbox", {"mode": "off"})
     context = ToolContext(
         workspace=Workspace.at(task.workspace),
         command_time_limit=task.command_time_limit,
         groups=groups,
-        # Marks every child, so a successor can find what a dead host left running.
-        env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
+        # Marks every launcher, so a successor can find what a dead host left running.
+        env={"PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
+        sandbox=command_sandbox(task, hide),
+        protected=task.protected,
     )
     # Watched: a step learns what changed from the kernel instead of walking the tree.
     hasher = TreeHasher(task.workspace, task.ignore, watch=True)
@@ -432,16 +609,34 @@ async def _run(
     step_base = 0
     if inherits and not takeover:
         await _close_interrupted(journal, task_id, run_id)
+    sandbox = context.sandbox
+    assert sandbox is not None
+    harness = task.harness()
     if not inherits:
         baseline = hasher.files()
+        files = await anyio.to_thread.run_sync(
+            collect_files, task.workspace, (*task.protected, *harness), task.ignore
+        )
+        tests = await _baseline_evidence(task, journal, run_id, task_id, sandbox, files, baseline)
         await journal.add_note(
-            run_id, NoteKind.START, {"digest": judge.digest, "baseline": baseline}
+            run_id,
+            NoteKind.START,
+            {
+                "digest": judge.digest,
+                "baseline": baseline,
+                "baseline_files": files,
+                "baseline_tests": tests,
+            },
         )
     else:
         history = await load_history(journal, task_id, None if takeover else run_id, judge)
         baseline, greeting = history.baseline, history.summary
         effects = await load_effects(journal, task_id)
         step_base = history.steps
+        files, tests = await _inherited_baseline(journal, task_id)
+    check_context = CheckContext(
+        harness=harness, sandbox=sandbox, baseline_tests=tests, baseline_files=files
+    )
     if actor_spec is not None:
         await journal.add_note(run_id, NoteKind.ACTOR, dict(actor_spec))
 
@@ -472,6 +667,7 @@ async def _run(
         step_base=step_base,
         heartbeat_seconds=heartbeat_seconds,
         poll_seconds=min(0.5, heartbeat_seconds),
+        check_context=check_context,
     )
     controller.remaining = ledger.remaining()
     if takeover:
@@ -531,6 +727,9 @@ async def _run(
     assert judge.disposition is not None
     assert handoff is not None
     current = controller.final_digest
+    breach = await _fence_breach(journal, run_id, hasher, current)
+    if breach is not None:
+        handoff = attrs.evolve(handoff, open_findings=(*handoff.open_findings, breach))
     log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
     return RunResult(
         run_id=run_id,

@@ -80,6 +80,24 @@ def _message_event(message: Message) -> dict[str, Any]:
     }
 
 
+def _tests_text(ev: Evidence) -> str:
+    if not ev.tests:
+        return ""
+    passed = sum(1 for _, outcome in ev.tests if outcome == "passed")
+    return f"{passed}/{len(ev.tests)} tests passed, "
+
+
+def _baseline_line(name: str, ev: Evidence) -> str:
+    failing = [t for t, outcome in ev.tests if outcome in ("failed", "error")]
+    passing = sum(1 for _, outcome in ev.tests if outcome == "passed")
+    shown = ", ".join(failing[:5]) + (f" (+{len(failing) - 5} more)" if len(failing) > 5 else "")
+    return (
+        f"{name} at baseline {ev.candidate_digest[:12]}: {len(failing)} failing"
+        + (f" ({shown})" if failing else "")
+        + f", {passing} passing"
+    )
+
+
 def _handoff(
     run_id: str,
     judge: Judge,
@@ -87,16 +105,24 @@ def _handoff(
     spend: dict[str, float],
     current: str,
     evidence: Sequence[Evidence],
+    *,
+    sandboxed: bool = True,
 ) -> Handoff:
     assert judge.disposition is not None
     latest: dict[str, Evidence] = {}
     version = judge.contract_version
+    at_baseline: dict[str, Evidence] = {}
     for ev in sorted(evidence, key=lambda e: e.at):
-        if ev.candidate_digest == current and ev.contract_version == version:
+        if ev.baseline:
+            at_baseline[ev.check] = ev
+        elif ev.candidate_digest == current and ev.contract_version == version:
             latest[ev.check] = ev
     lines = tuple(
+        _baseline_line(name, ev) for name, ev in sorted(at_baseline.items()) if ev.tests
+    ) + tuple(
         f"{name}: {'passed' if ev.passed else 'failed'} on {ev.candidate_digest[:12]}"
         + (f" (exit {ev.exit_code}, " if ev.exit_code is not None else " (")
+        + _tests_text(ev)
         + f"contract {ev.contract_version[:12]})"
         for name, ev in sorted(latest.items())
     )
@@ -119,6 +145,11 @@ def _handoff(
         "look up; an operator must check whether it happened"
         for r in escalated
     ]
+    if not sandboxed:
+        findings.append(
+            'unsandboxed: [sandbox] mode = "off": the commands and checks of this run ran on'
+            " the host, with its file system and network"
+        )
     reason = judge.stop_reason
     disposition = judge.disposition
     nexts = {

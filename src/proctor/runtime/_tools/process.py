@@ -14,8 +14,10 @@ ended:
 - the caller is cancelled: the same, in shielded and bounded cleanup, and the
   cancellation propagates.
 
-A process that leaves its group on purpose (``setsid``) escapes this; sandboxing
-is not this module's job.
+A process that leaves its group on purpose (``setsid``) escapes the group, but
+not the sandbox: given a :class:`~proctor.runtime._tools.sandbox.SandboxSpec`,
+the command runs under bubblewrap in its own PID namespace, and every process it
+started dies with it.
 
 :class:`ProcessGroups` tracks the groups alive in a run, so that ending the run
 can end them (:meth:`ProcessGroups.terminate_all`) and a journal can record them.
@@ -39,6 +41,7 @@ from anyio.abc import Process
 
 from proctor._errors import ConfigError
 from proctor.runtime._records import ToolResult, ToolStatus
+from proctor.runtime._tools.sandbox import Launch, SandboxSpec, launch, limit_note
 
 __all__ = (
     "GroupEnd",
@@ -371,6 +374,7 @@ async def run_command(
     env: Mapping[str, str] | None = None,
     groups: ProcessGroups | None = None,
     output_limit: int = 64_000,
+    sandbox: SandboxSpec | None = None,
 ) -> ToolResult:
     """
     Run ``cmd`` in its own process group and return its merged output.
@@ -390,10 +394,15 @@ async def run_command(
         cwd: the working directory.
         time_limit: seconds the command may run (a tool setting; ``math.inf``
             for none).
-        env: the command's whole environment; None inherits this process's.
+        env: the command's whole environment; None inherits this process's. With
+            a sandbox, these variables mark only the launcher (a successor finds
+            what a dead host left by them); the command's own environment is the
+            sandbox's allowlist.
         groups: where to track the command's process group.
         output_limit: bytes of output kept; beyond it, the first and last halves
             are kept around a marker saying how much was left out.
+        sandbox: run the command in this sandbox (``cwd`` is then the working
+            directory as seen inside it); None runs it on the host as it is.
 
     Returns:
         ``ok`` for exit code 0; ``error`` with the exit code otherwise (negative:
@@ -402,6 +411,8 @@ async def run_command(
 
     Raises:
         ConfigError: ``time_limit`` is not positive or ``output_limit`` is negative.
+        SandboxUnavailableError: the sandbox's mode is ``auto`` and bubblewrap
+            cannot be used here.
     """
     if not time_limit > 0:
         raise ConfigError(f"time_limit must be a positive number of seconds, not {time_limit!r}")
@@ -411,6 +422,11 @@ async def run_command(
     started = time.monotonic()
     if not argv:
         return ToolResult(ToolStatus.ERROR, "empty command: give a program to run")
+    launched: Launch | None = None
+    spawn_cwd: Path = cwd
+    if sandbox is not None:
+        launched = launch(argv, sandbox, cwd, marker_env=env)
+        argv, env, spawn_cwd = launched.argv, launched.env, launched.cwd
     try:
         # Shielded: a start cancelled halfway would leave a child that nobody
         # holds a handle to, and so nobody ends. Starting a process is quick.
@@ -420,11 +436,13 @@ async def run_command(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                cwd=cwd,
+                cwd=spawn_cwd,
                 env=env,
                 start_new_session=True,
             )
     except OSError as exc:
+        if launched is not None:
+            launched.release()
         return ToolResult(
             ToolStatus.ERROR,
             f"could not start {label!r}: {exc.strerror or exc}",
@@ -459,11 +477,15 @@ async def run_command(
                 with anyio.move_on_after(_DRAIN_GRACE):
                     await _drain(process, capture)
             await process.aclose()
+            if launched is not None:
+                # Nothing of the sandbox outlives the call: wait for its namespace to go.
+                await launched.wait_empty()
             log.debug("process.ended", pgid=pgid, how=how, returncode=process.returncode)
             if groups is not None:
                 groups.discard(pgid)
                 if groups.on_end is not None:
                     await groups.on_end(pgid, how)
+    forks_refused = launched.release() if launched is not None else False
     duration = time.monotonic() - started
     output = capture.text()
     if limit.cancelled_caught and not leader_exited:
@@ -474,7 +496,10 @@ async def run_command(
     if code is None:  # the cleanup's bound ran out: the process would not die
         note = "the command could not be stopped; its process group may still run"
         return ToolResult(ToolStatus.UNCERTAIN, _with_note(output, note), None, duration)
-    if code < 0:
+    reached = limit_note(code, launched is not None and launched.sandboxed, forks_refused)
+    if reached is not None:
+        output = _with_note(output, reached)
+    elif code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:

@@ -15,6 +15,8 @@ content or the new one, never half of it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import secrets
 import stat
@@ -30,8 +32,10 @@ import structlog
 from proctor._errors import ConfigError, ProctorError, WorkspaceError
 from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.runtime._tools.process import ProcessGroups, run_command
+from proctor.runtime._tools.sandbox import SandboxSpec
 from proctor.runtime._tools.spec import BUILTIN_SPECS, ToolSpec, spec_for
 from proctor.runtime._tools.workspace import Workspace
+from proctor.verifiers._candidate import matches
 
 __all__ = ("Tool", "ToolContext", "ToolFn", "ToolRegistry", "call_tool")
 
@@ -54,13 +58,20 @@ class ToolContext:
         workspace: the directory that confines the tool's paths.
         command_time_limit: seconds a command may run.
         groups: where commands track their process groups.
-        env: the environment of commands; None inherits this process's.
+        env: the environment of commands; None inherits this process's. With a
+            sandbox, only the launcher carries it (see ``run_command``).
+        sandbox: the sandbox commands run in; None runs them on the host (a run
+            always sets one, from the task's ``[sandbox]``).
+        protected: glob patterns of paths the file tools refuse to change,
+            judged on the path as resolved, never on the raw argument.
     """
 
     workspace: Workspace
     command_time_limit: float = 120.0
     groups: ProcessGroups = attrs.field(factory=ProcessGroups)
     env: Mapping[str, str] | None = None
+    sandbox: SandboxSpec | None = None
+    protected: tuple[str, ...] = ()
 
 
 ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[ToolResult]]
@@ -246,8 +257,39 @@ async def call_tool(
 # --- the built-in tools ----------------------------------------------------------
 
 
-def _read_text(path: Path) -> str:
-    with path.open("rb") as f:
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _fenced(ctx: ToolContext, rel: str, given: str) -> None:
+    """Refuse a change to a protected path, judged on the resolved path."""
+    if ctx.protected and matches(rel, ctx.protected):
+        shown = f"{given} (that is {rel})" if given.strip("/") != rel else rel
+        raise WorkspaceError(f"{shown} is protected by the task's contract; it may not be changed")
+
+
+def _open_entry(ctx: ToolContext, rel: str, flags: int, mode: int = 0o666) -> int:
+    """Open a file of the workspace race-free (see ``Workspace.open_parent``)."""
+    parent, name, _ = ctx.workspace.open_parent(rel)
+    try:
+        if not name:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", rel)
+        try:
+            return os.open(name, flags | _NOFOLLOW, mode, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise WorkspaceError(
+                    f"path {rel!r} changed while in use: a link took the file's place"
+                ) from None
+            raise
+    finally:
+        os.close(parent)
+
+
+def _read_text(ctx: ToolContext, rel: str) -> str:
+    fd = _open_entry(ctx, rel, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise IsADirectoryError(errno.EISDIR, "not a regular file", rel)
         data = f.read(_READ_LIMIT * 4 + 1)
     text = data.decode("utf-8", errors="replace")
     if len(text) > _READ_LIMIT:
@@ -262,41 +304,50 @@ async def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         return _error(f"no such file: {rel}")
     if not path.is_file():
         return _error(f"not a file: {rel}; read_file reads files (use list_files for directories)")
-    return ToolResult(ToolStatus.OK, await anyio.to_thread.run_sync(_read_text, path))
+    inside = ctx.workspace.relative(path)
+    return ToolResult(ToolStatus.OK, await anyio.to_thread.run_sync(_read_text, ctx, inside))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file renamed over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_atomic(ctx: ToolContext, rel: str, data: bytes) -> None:
+    """Write ``data`` to ``rel`` through a temporary file renamed over it, race-free."""
+    parent, name, _ = ctx.workspace.open_parent(rel, create=True)
     try:
-        mode: int | None = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = None
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    # 0o666 lets the umask decide a new file's mode, as for any other new file.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        try:
+            mode: int | None = stat.S_IMODE(
+                os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+            )
+        except FileNotFoundError:
+            mode = None
+        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        # 0o666 lets the umask decide a new file's mode, as for any other new file.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+                if mode is not None:
+                    os.fchmod(f.fileno(), mode)
+            os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=parent)
+            raise
+    finally:
+        os.close(parent)
 
 
 async def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     rel: str = args["path"]
     content: str = args["content"]
     path = ctx.workspace.resolve(rel)
+    inside = ctx.workspace.relative(path)
+    _fenced(ctx, inside, rel)
     if path.is_dir():
         return _error(f"not a file: {rel} is a directory; write_file writes files")
     data = content.encode("utf-8")
-    await anyio.to_thread.run_sync(_write_atomic, path, data)
-    return ToolResult(ToolStatus.OK, f"wrote {len(data)} bytes to {ctx.workspace.relative(path)}")
+    await anyio.to_thread.run_sync(_write_atomic, ctx, inside, data)
+    return ToolResult(ToolStatus.OK, f"wrote {len(data)} bytes to {inside}")
 
 
 async def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
@@ -306,11 +357,19 @@ async def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if not old:
         return _error("'old' is empty; give the exact text to replace, as it occurs in the file")
     path = ctx.workspace.resolve(rel)
+    inside = ctx.workspace.relative(path)
+    _fenced(ctx, inside, rel)
     if not path.exists():
         return _error(f"no such file: {rel}")
     if not path.is_file():
         return _error(f"not a file: {rel}; edit_file edits files")
-    raw = await anyio.to_thread.run_sync(path.read_bytes)
+
+    def read() -> bytes:
+        fd = _open_entry(ctx, inside, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
+    raw = await anyio.to_thread.run_sync(read)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -322,9 +381,9 @@ async def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             "(read_file shows it), including whitespace and line breaks"
         )
     edited = text.replace(old, new, 1)
-    await anyio.to_thread.run_sync(_write_atomic, path, edited.encode("utf-8"))
+    await anyio.to_thread.run_sync(_write_atomic, ctx, inside, edited.encode("utf-8"))
     more = f"; {count - 1} more occurrence(s) left unchanged" if count > 1 else ""
-    return ToolResult(ToolStatus.OK, f"edited {ctx.workspace.relative(path)}: replaced 1{more}")
+    return ToolResult(ToolStatus.OK, f"edited {inside}: replaced 1{more}")
 
 
 async def _delete_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
@@ -335,15 +394,23 @@ async def _delete_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         return _error(f"not a file: {rel}; delete_file deletes files")
     # The entry itself, with its parent resolved: a symlink is deleted, not its target.
     entry = ctx.workspace.resolve(str(PurePosixPath(rel).parent)) / name
+    inside = ctx.workspace.relative(entry)
+    _fenced(ctx, inside, rel)
     if entry.is_symlink():
-        entry.unlink()
+        pass
     elif not target.exists():
         return _error(f"no such file: {rel}")
     elif not target.is_file():
         return _error(f"not a file: {rel} is a directory; delete_file deletes files")
-    else:
-        target.unlink()
-    return ToolResult(ToolStatus.OK, f"deleted {ctx.workspace.relative(entry)}")
+    parent, last, _ = ctx.workspace.open_parent(inside)
+    try:
+        st = os.stat(last, dir_fd=parent, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            return _error(f"not a file: {rel} is a directory; delete_file deletes files")
+        os.unlink(last, dir_fd=parent)
+    finally:
+        os.close(parent)
+    return ToolResult(ToolStatus.OK, f"deleted {inside}")
 
 
 def _walk(top: Path, found: list[Path], limit: int) -> None:
@@ -391,6 +458,7 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         time_limit=ctx.command_time_limit,
         env=ctx.env,
         groups=ctx.groups,
+        sandbox=ctx.sandbox,
     )
 
 
