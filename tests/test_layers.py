@@ -26,13 +26,17 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "records": (("proctor.runtime._records", "proctor.runtime._tools.spec"), ("base",)),
     "wire": (("proctor._wire", "proctor._validators"), ("base", "records")),
     "budgets": (("proctor.budgets._",), ("base", "wire")),
-    "verifiers": (("proctor.verifiers._",), ("base", "wire", "tools")),
+    # The candidate (tree digests, path matching, freezing) sits below the tools,
+    # whose fences match paths with it; the rest of the verifiers run commands
+    # through the tools' sandbox.
+    "candidate": (("proctor.verifiers._candidate", "proctor.verifiers._watch"), ("base",)),
+    "verifiers": (("proctor.verifiers._",), ("base", "wire", "tools", "candidate")),
     "progress": (
         ("proctor.runtime._progress",),
-        ("base", "records", "wire", "verifiers"),
+        ("base", "records", "wire", "verifiers", "candidate"),
     ),
     "importers": (("proctor.runtime._importers",), ("base",)),
-    "tools": (("proctor.runtime._tools",), ("base", "records", "wire")),
+    "tools": (("proctor.runtime._tools",), ("base", "records", "wire", "candidate")),
     "effects": (
         ("proctor.runtime._effects",),
         ("base", "records", "wire", "budgets", "tools", "progress"),
@@ -41,11 +45,21 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "actors": (("proctor.runtime._actors",), ("base", "records", "wire", "tools", "budgets")),
     "task": (
         ("proctor.runtime._task", "proctor.runtime._taskfile", "proctor.runtime._outcome"),
-        ("base", "records", "wire", "budgets", "verifiers", "progress", "tools", "actors"),
+        (
+            "base",
+            "records",
+            "wire",
+            "budgets",
+            "verifiers",
+            "candidate",
+            "progress",
+            "tools",
+            "actors",
+        ),
     ),
     "operator": (
         ("proctor.runtime._operator",),
-        ("base", "records", "wire", "budgets", "verifiers", "journal", "task"),
+        ("base", "records", "wire", "budgets", "verifiers", "candidate", "journal", "task"),
     ),
     "control": (
         ("proctor.runtime._control",),
@@ -55,6 +69,7 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "wire",
             "budgets",
             "verifiers",
+            "candidate",
             "progress",
             "tools",
             "effects",
@@ -72,6 +87,7 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "wire",
             "budgets",
             "verifiers",
+            "candidate",
             "progress",
             "tools",
             "effects",
@@ -90,6 +106,7 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "wire",
             "budgets",
             "verifiers",
+            "candidate",
             "progress",
             "tools",
             "effects",

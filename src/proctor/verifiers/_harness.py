@@ -33,6 +33,7 @@ from proctor._errors import ConfigError
 from proctor.verifiers._candidate import DEFAULT_IGNORE, _compile, _walk, matches
 
 __all__ = (
+    "pytest_argv",
     "ALWAYS",
     "JUnitError",
     "Outcome",

@@ -67,7 +67,7 @@ from proctor.verifiers._harness import collect_files
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, run_verifier, verify_snapshot
 
-__all__ = ("HEARTBEAT_SECONDS", "Stopper", "run", "start_run")
+__all__ = ("HEARTBEAT_SECONDS", "Stopper", "command_sandbox", "own_paths", "run", "start_run")
 
 log = structlog.get_logger()
 
