@@ -30,10 +30,12 @@ from proctor.verifiers._checks import CommandCheck, contract_version
 from proctor.verifiers._more_checks import Check, FileCheck, JudgeCheck, ScopeCheck
 
 __all__ = (
+    "LIVE_RESCUE_LIMIT",
     "ActorSpec",
     "Approval",
     "Task",
     "TaskFile",
+    "live_policy",
     "load_task",
     "parse_task",
     "prepare_workspace",
@@ -113,6 +115,29 @@ def _strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
+#: How many rescues a live run allows by default when the task names required files.
+LIVE_RESCUE_LIMIT = 1
+
+
+def live_policy(required_files: Iterable[str] = (), **settings: Any) -> Policy:
+    """
+    Return the policy of a live run that sets ``settings`` and no ``rescue_limit``.
+
+    A live controller sees the workspace, so when the task names required files
+    a stalled run is given :data:`LIVE_RESCUE_LIMIT` rescue before its
+    ``no_progress`` stop (the rescue names the files still missing). A replay
+    cannot know which files a recorded agent made, so a trajectory's policy keeps
+    the contract's default, no rescue.
+
+    Args:
+        required_files: the task's required file patterns.
+        settings: other policy settings (``rescue_limit`` among them is taken as it is).
+    """
+    if tuple(required_files) and "rescue_limit" not in settings:
+        settings["rescue_limit"] = LIVE_RESCUE_LIMIT
+    return Policy(**settings)
+
+
 @attrs.frozen
 class Task:
     """
@@ -132,7 +157,9 @@ class Task:
         required_files: glob patterns of files the result must contain.
         ignore: glob patterns left out of the candidate digest and snapshots.
         budget: the limits, kept by the accountant.
-        policy: the no-progress policy.
+        policy: the no-progress policy. By default :func:`live_policy`: with
+            ``required_files`` declared, a live run may rescue a stalled build once
+            (``rescue_limit = 1``). A policy given is taken as it is.
         command_time_limit: seconds a ``run_command`` call may take before its
             process group is killed and its outcome recorded as uncertain.
         task_id: the task's identity; spend and history belong to it. A new run
@@ -157,7 +184,9 @@ class Task:
     required_files: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     ignore: tuple[str, ...] = attrs.field(default=DEFAULT_IGNORE, converter=_strings)
     budget: Budget = attrs.field(factory=Budget)
-    policy: Policy = attrs.field(factory=Policy)
+    policy: Policy = attrs.field(
+        default=attrs.Factory(lambda self: live_policy(self.required_files), takes_self=True)
+    )
     command_time_limit: float = 120.0
     task_id: str | None = None
     template: Path | None = None
@@ -681,7 +710,12 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         raise where.error(_named(str(exc), "budget"), _message(str(exc))) from None
 
     try:
-        policy = Policy.from_mapping(_table(where, data, "policy"))
+        policy_table = _table(where, data, "policy")
+        policy = Policy.from_mapping(policy_table)
+        settings = policy.settings()
+        if "rescue_limit" not in policy_table:
+            del settings["rescue_limit"]
+        policy = live_policy(required_files, **settings)
     except ConfigError as exc:
         raise where.error(_named(str(exc), "policy"), _message(str(exc))) from None
 

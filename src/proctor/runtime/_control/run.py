@@ -35,7 +35,7 @@ from proctor.runtime._effects.ledger import (
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
 from proctor.runtime._journal.base import RUNNING, STALE, RunRow
 from proctor.runtime._outcome import Candidate, RunResult
-from proctor.runtime._progress.judge import Judge
+from proctor.runtime._progress.judge import Judge, missing_files
 from proctor.runtime._records import (
     Disposition,
     Observation,
@@ -443,6 +443,9 @@ async def _run(
         task=task.facts(registry.specs()),
         policy=task.policy,
         digest=await anyio.to_thread.run_sync(hasher.digest),
+        # The live controller knows which files exist: the hasher's view, as of the
+        # digest taken after the last call that could change the workspace.
+        missing_files=lambda: missing_files(task.required_files, hasher.files()),
         contract_version=task.contract_version,
     )
     greeting = ""
