@@ -21,9 +21,12 @@ import attrs
 from proctor._errors import ConfigError
 from proctor.budgets._budget import Budget
 from proctor.budgets._prices import Price, PriceTable
+from proctor.runtime._effects.declared import DeclaredTool, declared_tools, parse_tools
+from proctor.runtime._effects.sources import Allowlist, FetchConfig, SearchConfig, source_tools
 from proctor.runtime._progress.judge import TaskFacts
 from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
+from proctor.runtime._tools.registry import ToolRegistry
 from proctor.runtime._tools.spec import ToolSpec, spec_for
 from proctor.verifiers._candidate import DEFAULT_IGNORE
 from proctor.verifiers._checks import CommandCheck, contract_version
@@ -115,6 +118,27 @@ def _strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _declared(value: Iterable[DeclaredTool]) -> tuple[DeclaredTool, ...]:
+    return tuple(value)
+
+
+_FETCH = ("allow", "time_limit", "max_bytes")
+
+
+def _fetch(table: Mapping[str, Any], where: str = "fetch") -> FetchConfig:
+    """A ``[fetch]`` table: ``allow`` (hosts or URL patterns), ``time_limit``, ``max_bytes``."""
+    for key in table:
+        if key not in _FETCH:
+            raise ConfigError(f"{where}.{key}: unknown key; accepted: {', '.join(_FETCH)}")
+    allow = table.get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+        raise ConfigError(
+            f'{where}.allow: a list of hosts or URL patterns, such as ["docs.python.org"]'
+        )
+    extra = {k: table[k] for k in ("time_limit", "max_bytes") if k in table}
+    return FetchConfig(Allowlist(tuple(allow)), **extra)
+
+
 #: How many rescues a live run allows by default when the task names required files.
 LIVE_RESCUE_LIMIT = 1
 
@@ -173,6 +197,10 @@ class Task:
             ``needs_input`` at once, as past the wait.
         approvals: tool calls that wait for ``proctor approve`` / ``proctor deny``.
         approval_wait: seconds a call waits for approval; past it the call is refused.
+        fetch: what the built-in ``fetch`` may read (an allowlist and limits);
+            None: no ``fetch`` tool.
+        search: the provider of the built-in ``search``; None: no ``search`` tool.
+        tools: tools the task declares (command templates, HTTP endpoints).
     """
 
     goal: str
@@ -194,6 +222,9 @@ class Task:
     answer_wait: float = 0.0
     approvals: tuple[Approval, ...] = attrs.field(default=(), converter=_approval_rules)
     approval_wait: float = 600.0
+    fetch: FetchConfig | None = None
+    search: SearchConfig | None = None
+    tools: tuple[DeclaredTool, ...] = attrs.field(default=(), converter=_declared)
 
     def __attrs_post_init__(self) -> None:
         for name in ("answer_wait", "approval_wait"):
@@ -250,15 +281,27 @@ class Task:
             tools: the declarations of the tools on offer (``ToolRegistry.specs()``):
                 the controller and the decision core read the same ones, so a
                 registered tool that writes a path is fenced like ``write_file``.
-                Declarations equal to the built-in ones add nothing.
+                Declarations equal to the built-in ones add nothing; the tools
+                the task declares (``tools``) are always among them.
         """
         return TaskFacts(
             kind=self.kind,
             checks=tuple(c.name for c in self.all_checks() if c.required),
             protected=self.protected,
             required_files=self.required_files,
-            tools={spec.name: spec for spec in tools if spec != spec_for(spec.name)},
+            tools={
+                spec.name: spec
+                for spec in (*(t.spec for t in self.tools), *tools)
+                if spec != spec_for(spec.name)
+            },
         )
+
+    def registry(self) -> ToolRegistry:
+        """The tools a run of this task offers: the built-in ones, and those it opted into."""
+        registry = ToolRegistry.builtin()
+        for tool in [*source_tools(self.fetch, self.search), *declared_tools(self.tools)]:
+            registry.register(tool)
+        return registry
 
     def describe(self) -> dict[str, Any]:
         """The task as plain data, for the journal."""
@@ -274,6 +317,9 @@ class Task:
             "answer_wait": self.answer_wait,
             "approvals": [{"tool": a.tool, "patterns": list(a.patterns)} for a in self.approvals],
             "approval_wait": self.approval_wait,
+            "fetch": None if self.fetch is None else self.fetch.describe(),
+            "search": None if self.search is None else self.search.describe(),
+            "tools": [t.describe() for t in self.tools],
             # The whole table, built-in prices included: a resumed run charges its
             # model calls as the first did, whatever this proctor's table says.
             "prices": {
@@ -341,6 +387,11 @@ class Task:
                 Approval(a["tool"], tuple(a["patterns"])) for a in data.get("approvals", [])
             ),
             approval_wait=float(data.get("approval_wait", 600.0)),
+            fetch=None if data.get("fetch") is None else _fetch(data["fetch"]),
+            search=None
+            if data.get("search") is None
+            else SearchConfig.from_mapping(data["search"]),
+            tools=parse_tools(data.get("tools") or []),
             prices=PriceTable()
             if data.get("prices") is None
             else PriceTable(
@@ -417,7 +468,19 @@ class TaskFile:
     actor: ActorSpec
 
 
-_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "approve")
+_TOP = (
+    "task",
+    "checks",
+    "contract",
+    "budget",
+    "policy",
+    "actor",
+    "prices",
+    "approve",
+    "fetch",
+    "search",
+    "tools",
+)
 _TASK = (
     "goal",
     "workspace",
@@ -499,6 +562,12 @@ def _named(message: str, table: str) -> str:
         return table + dotted[1].rstrip(":")
     quoted = re.search(r"'([\w:-]+)'", message)
     return f"{table}.{quoted[1]}" if quoted else table
+
+
+def _field_and_message(message: str) -> tuple[str, str]:
+    """Split ``"tools[2].run: must be ..."`` into the field and what is wrong with it."""
+    field, sep, rest = message.partition(": ")
+    return (field, rest) if sep else ("", message)
 
 
 def _message(message: str) -> str:
@@ -724,6 +793,17 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     except ConfigError as exc:
         raise where.error(_named(str(exc), "prices"), _message(str(exc))) from None
 
+    fetch: FetchConfig | None = None
+    search: SearchConfig | None = None
+    try:
+        if "fetch" in data:
+            fetch = _fetch(_table(where, data, "fetch"))
+        if "search" in data:
+            search = SearchConfig.from_mapping(_table(where, data, "search"))
+        tools = parse_tools(data.get("tools", []))
+    except ConfigError as exc:
+        raise where.error(*_field_and_message(str(exc))) from None
+
     actor = _actor_spec(where, _table(where, data, "actor"), base)
     try:
         built = Task(
@@ -744,6 +824,9 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             answer_wait=float(answer_wait),
             approvals=approvals,
             approval_wait=approval_wait,
+            fetch=fetch,
+            search=search,
+            tools=tools,
         )
     except ConfigError as exc:
         raise where.error("checks", str(exc)) from None

@@ -336,7 +336,7 @@ async def start_run(
     """
     if claimed is not None:
         run_id = claimed.run_id
-    registry = tools if tools is not None else ToolRegistry.builtin()
+    registry = tools if tools is not None else task.registry()
     run_id = run_id or uuid.uuid4().hex
     task_id = task.task_id or uuid.uuid4().hex
     structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)

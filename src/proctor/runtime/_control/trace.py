@@ -145,7 +145,13 @@ def _handoff(
         owner = reason.owner
     if escalated and owner == "none":
         owner = "operator"
+    sources: tuple[str, ...] = ()
+    if controller.task.kind == "answer":
+        cited = tuple(controller.cited)
+        sources = cited + tuple(sorted(judge.fetched - set(cited)))
     return Handoff(
+        answer=controller.answer,
+        sources=sources,
         disposition=disposition,
         stop_reason=reason,
         candidate_digest=current,
