@@ -120,6 +120,10 @@ def _pattern(entry: str, where: str) -> _Pattern:
     return _Pattern(None, host.lower(), int(port_text) if port_text else None, None)
 
 
+def _entries(value: Sequence[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Allowlist:
     """
@@ -139,7 +143,7 @@ class Allowlist:
         ConfigError: an entry that is neither a host nor a URL pattern.
     """
 
-    entries: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    entries: tuple[str, ...] = attrs.field(default=(), converter=_entries)
     _patterns: tuple[_Pattern, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
