@@ -10,6 +10,13 @@ from proctor.runtime._actors.openai import OpenAIActor as OpenAIActor
 from proctor.runtime._actors.process import ProcessActor as ProcessActor
 from proctor.runtime._control.run import Stopper as Stopper
 from proctor.runtime._control.run import run as run
+from proctor.runtime._effects.declared import DeclaredTool as DeclaredTool
+from proctor.runtime._effects.sources import Allowlist as Allowlist
+from proctor.runtime._effects.sources import FetchConfig as FetchConfig
+from proctor.runtime._effects.sources import HttpSearch as HttpSearch
+from proctor.runtime._effects.sources import SearchConfig as SearchConfig
+from proctor.runtime._effects.sources import SearchHit as SearchHit
+from proctor.runtime._effects.sources import SearchProvider as SearchProvider
 from proctor.runtime._hosting.resume import resume as resume
 from proctor.runtime._hosting.worker import WorkerStats as WorkerStats
 from proctor.runtime._hosting.worker import submit as submit
@@ -57,6 +64,7 @@ from proctor.runtime._records import ToolStatus as ToolStatus
 from proctor.runtime._records import TraceRecord as TraceRecord
 from proctor.runtime._task import Approval as Approval
 from proctor.runtime._task import Task as Task
+from proctor.runtime._task import live_policy as live_policy
 from proctor.runtime._task import load_task as load_task
 from proctor.runtime._tools.registry import Tool as Tool
 from proctor.runtime._tools.registry import ToolContext as ToolContext
@@ -87,6 +95,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = (
     "Actor",
+    "Allowlist",
     "Amendment",
     "Approval",
     "Candidate",
@@ -94,11 +103,14 @@ __all__ = (
     "Claimed",
     "Completion",
     "Decision",
+    "DeclaredTool",
     "Disposition",
     "Effect",
+    "FetchConfig",
     "FunctionActor",
     "GatewayActor",
     "Handoff",
+    "HttpSearch",
     "Journal",
     "JournalLike",
     "Judge",
@@ -114,6 +126,9 @@ __all__ = (
     "Round",
     "RunResult",
     "ScriptedActor",
+    "SearchConfig",
+    "SearchHit",
+    "SearchProvider",
     "StopReason",
     "Stopper",
     "Task",
@@ -134,6 +149,7 @@ __all__ = (
     "answer",
     "approve",
     "deny",
+    "live_policy",
     "load_gateway_task",
     "load_script",
     "load_task",
