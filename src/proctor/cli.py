@@ -292,7 +292,7 @@ def run_command(task_file: Path, journal: str, as_json: bool, heartbeat: float) 
     """
     try:
         loaded = load_task(task_file)
-        actor = loaded.actor.make()
+        actor = loaded.make_actor()
     except ConfigError as exc:
         _fail(str(exc))
         return

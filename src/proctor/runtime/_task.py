@@ -12,7 +12,7 @@ import math
 import re
 import shutil
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -430,9 +430,14 @@ class ActorSpec:
         script = data.get("script")
         return cls(str(data["kind"]), None if script is None else Path(script), options)
 
-    def make(self) -> Any:
+    def make(self, tools: Sequence[ToolSpec] | None = None) -> Any:
         """
         Make the actor.
+
+        Args:
+            tools: the declarations of the tools the run offers, for an actor that
+                tells a model about them (default: the built-in ones); a task's are
+                ``task.registry().specs()``.
 
         Raises:
             ConfigError: the options do not make an actor.
@@ -447,7 +452,8 @@ class ActorSpec:
             from proctor.runtime._actors.openai import OpenAIActor
             from proctor.runtime._tools.registry import ToolRegistry
 
-            return OpenAIActor.from_options(self.options, ToolRegistry.builtin().specs(), "actor")
+            specs = ToolRegistry.builtin().specs() if tools is None else tuple(tools)
+            return OpenAIActor.from_options(self.options, specs, "actor")
         if self.kind == "process":
             from proctor.runtime._actors.process import ProcessActor
 
@@ -466,6 +472,15 @@ class TaskFile:
     path: Path
     task: Task
     actor: ActorSpec
+
+    def make_actor(self) -> Any:
+        """
+        Make the file's actor, told of every tool the task offers.
+
+        Raises:
+            ConfigError: the options do not make an actor.
+        """
+        return self.actor.make(self.task.registry().specs())
 
 
 _TOP = (
