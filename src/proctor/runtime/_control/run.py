@@ -277,7 +277,8 @@ async def run(
             opened for the run and closed after it; or an open journal, left
             open. Runs of one process that share an open journal share its
             connection: a host of many runs should (see docs/performance.md).
-        tools: the tools on offer (default: the built-in workspace tools).
+        tools: the tools on offer (default: ``task.registry()``, the built-in workspace
+            tools and the fetch, search and declared tools the task opted into).
         on_step: called with each trace record after it is journaled.
         run_id: the run's id (default: a new one).
         actor_spec: how to make the actor again (a task file's ``[actor]`` table),
