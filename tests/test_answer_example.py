@@ -132,3 +132,50 @@ def test_the_grounded_run_refused_the_page_off_its_allowlist(
     assert fetches[0]["result"]["status"] == "error"
     assert "allowlist" in fetches[0]["result"]["output"]
     assert fetches[1]["result"]["status"] == "ok"
+    # The exported run replays to the same ending: live and replay agree.
+    trajectory = tmp_path / "run.jsonl"
+    trajectory.write_text(export.stdout)
+    replayed = subprocess.run(
+        [sys.executable, "-m", "proctor", "replay", str(trajectory), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    doc = json.loads(replayed.stdout)
+    assert (doc["disposition"], doc["stop_reason"]) == ("completed", "grounded_answer")
+
+
+def test_the_cycle_replays_to_the_same_stop(example: tuple[Path, str], tmp_path: Path) -> None:
+    copy, _ = example
+    summary = json.loads(_run(copy / "cycle.toml", tmp_path / "j", "--json").stdout)
+    export = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proctor",
+            "export",
+            summary["run_id"],
+            "--journal",
+            str(tmp_path / "j"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    trajectory = tmp_path / "run.jsonl"
+    trajectory.write_text(export.stdout)
+    replayed = subprocess.run(
+        [sys.executable, "-m", "proctor", "replay", str(trajectory), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    doc = json.loads(replayed.stdout)
+    assert (doc["disposition"], doc["stop_reason"], doc["stopped_at"]) == (
+        "no_progress",
+        "stall",
+        7,
+    )

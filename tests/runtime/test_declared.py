@@ -222,3 +222,33 @@ script = "agent.jsonl"
         row = await j.get_task(result.task_id)
     rebuilt = Task.from_description(row["spec"])
     assert rebuilt.tools == loaded.task.tools
+
+
+def test_a_model_actor_from_a_task_file_is_told_of_the_tasks_tools(tmp_path: Path) -> None:
+    (tmp_path / "w").mkdir()
+    task_file = tmp_path / "task.toml"
+    task_file.write_text(
+        """
+[task]
+goal = "answer"
+kind = "answer"
+workspace = "w"
+
+[fetch]
+allow = ["docs.python.org"]
+
+[[tools]]
+name = "peek"
+run = ["cat", "{path}"]
+args = { path = "string" }
+paths = ["path"]
+
+[actor]
+kind = "openai"
+model = "gpt-4o-mini"
+"""
+    )
+    loaded = parse_task(task_file.read_text(), task_file)
+    names = {spec.name for spec in loaded.make_actor().tools}
+    assert {"fetch", "peek", "read_file"} <= names
+    assert "search" not in names

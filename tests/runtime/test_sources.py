@@ -60,6 +60,9 @@ class _Site(BaseHTTPRequestHandler):
             self.send_header("Location", urllib.parse.unquote(path.removeprefix("/redirect/")))
             self.end_headers()
             return
+        if path == "/hang":
+            site.release.wait(10)
+            return
         if path == "/big":
             body = "x" * 50_000
         elif path == "/search":
@@ -83,11 +86,13 @@ class _Site(BaseHTTPRequestHandler):
 def site() -> Iterator[tuple[str, list[str]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
     server.seen = []  # type: ignore[attr-defined]
+    server.release = threading.Event()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", server.seen  # type: ignore[attr-defined]
     finally:
+        server.release.set()  # type: ignore[attr-defined]
         server.shutdown()
         server.server_close()
         thread.join(5)
@@ -215,6 +220,17 @@ async def test_a_reply_is_cut_at_max_bytes(tmp_path: Path, site: tuple[str, list
     result = await fetch(_ctx(tmp_path), {"url": base + "/big"})
     assert "\n" + "x" * 1000 + "\n[body cut at 1000 bytes]" in result.output
     assert "x" * 1001 not in result.output
+
+
+async def test_a_fetch_that_gets_no_reply_ends_at_its_time_limit(
+    tmp_path: Path, site: tuple[str, list[str]]
+) -> None:
+    base, _ = site
+    fetch = Fetch(FetchConfig(Allowlist((base + "/*",)), time_limit=0.2), trust_env=False)
+    result = await fetch(_ctx(tmp_path), {"url": base + "/hang"})
+    # A read has no effect to be unsure of: an error, never uncertain.
+    assert result.status is ToolStatus.ERROR
+    assert "time limit" in result.output or "Timeout" in result.output
 
 
 @pytest.mark.parametrize(("key", "value"), [("time_limit", 0), ("max_bytes", -1)])
