@@ -14,6 +14,7 @@ default, when it declares required files) before its ``no_progress`` stop.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,20 @@ def test_a_task_file_rescues_by_default_when_it_names_required_files(
     text = TOML + extra + '[actor]\nscript = "agent.jsonl"\n'
     loaded = parse_task(text, tmp_path / "task.toml")
     assert loaded.task.policy.rescue_limit == limit
+
+
+async def test_an_exported_live_ladder_replays_to_the_same_decisions(tmp_path: Path) -> None:
+    policy = Policy(stall_threshold=4)
+    calls = [ToolCall("read_file", {"path": "notes.txt"})] * 5
+    result = await run(
+        _task(_project(tmp_path / "p"), policy=policy), ScriptedActor(calls), tmp_path / "j"
+    )
+    export = subprocess.run(
+        [PY, "-m", "proctor", "export", result.run_id, "--journal", str(tmp_path / "j")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    outcome = replay(parse_trajectory(export.stdout.splitlines()))
+    assert [s.decision.value for s in outcome.steps] == _ladder(4)
