@@ -14,11 +14,11 @@ default, when it declares required files) before its ``no_progress`` stop.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from proctor import CommandCheck, Disposition, Policy, ScriptedActor, Task, ToolCall, run
@@ -211,12 +211,8 @@ async def test_an_exported_live_ladder_replays_to_the_same_decisions(tmp_path: P
     result = await run(
         _task(_project(tmp_path / "p"), policy=policy), ScriptedActor(calls), tmp_path / "j"
     )
-    export = subprocess.run(
-        [PY, "-m", "proctor", "export", result.run_id, "--journal", str(tmp_path / "j")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+    export = await anyio.run_process(
+        [PY, "-m", "proctor", "export", result.run_id, "--journal", str(tmp_path / "j")]
     )
-    outcome = replay(parse_trajectory(export.stdout.splitlines()))
+    outcome = replay(parse_trajectory(export.stdout.decode().splitlines()))
     assert [s.decision.value for s in outcome.steps] == _ladder(4)
