@@ -283,6 +283,7 @@ def test_a_provider_is_named_module_attribute() -> None:
         ({"provider": "json:nothing_here"}, "cannot make"),
         ({"endpoint": "http://a.test", "limit": 0}, "limit"),
         ({"endpoint": "http://a.test", "color": 1}, "unknown key"),
+        ({"endpoint": "http://a.test", "time_limit": 0}, r"search\.time_limit"),
     ],
 )
 def test_a_bad_search_table_is_a_clear_error(table: dict[str, Any], message: str) -> None:

@@ -367,7 +367,14 @@ class SearchConfig:
                     f"{where}.endpoint: must be an http or https URL, got {endpoint!r}"
                 )
             time_limit = data.get("time_limit", 20.0)
-            _positive(None, attrs.fields(FetchConfig).time_limit, time_limit)
+            if (
+                isinstance(time_limit, bool)
+                or not isinstance(time_limit, int | float)
+                or not time_limit > 0
+            ):
+                raise ConfigError(
+                    f"{where}.time_limit: must be a positive number of seconds, got {time_limit!r}"
+                )
             return cls(HttpSearch(endpoint, float(time_limit)), limit, endpoint)
         return cls(_provider(data["provider"], f"{where}.provider"), limit, data["provider"])
 
