@@ -203,7 +203,8 @@ def test_unknown_top_level_table_names_its_line(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, '[extras]')}: extras: unknown key; "
-        "accepted: task, checks, contract, budget, policy, actor, prices, approve"
+        "accepted: task, checks, contract, budget, policy, actor, prices, approve, fetch, search, "
+        "tools"
     )
 
 
