@@ -230,11 +230,18 @@ EXPECTED: dict[str, Expect] = {
     # -- additions since the first version of the contract ----------------------------
     # `changed: true` (a `sed -i`): a new candidate, so the failure of events 1-3 starts
     # counting again at event 5; without the mark, event 5 is its 4th occurrence.
-    "changed_shell_edit_restarts_failure_count": _open(progress={4: True, 5: False}),
+    # Event 7 repeats exactly the run that failed at events 5-6 on this candidate, at
+    # the refuse rung: it is refused (the ladder of docs/progress.md).
+    "changed_shell_edit_restarts_failure_count": _open(
+        refused=frozenset({7}), progress={4: True, 5: False}
+    ),
     "changed_control_unmarked_shell_edit": _failure(5),
     # The same `sed -i` repeated: each is a new candidate, none is progress (the
-    # outcome decides, and it repeats); events 3-6 stall.
-    "changed_alone_is_not_progress": _stall(6, progress={2: True, 3: False}),
+    # outcome decides, and it repeats); events 3-6 stall, the exact repeat at the
+    # refuse rung (event 5) refused.
+    "changed_alone_is_not_progress": _stall(
+        6, refused=frozenset({5}), progress={2: True, 3: False}
+    ),
     # Evidence from before a `changed` action is stale; without the mark it is current.
     "changed_makes_evidence_stale": _open(),
     "changed_control_unmarked_evidence_current": _completed(3),
