@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from proctor import CommandCheck, Disposition, Policy, ScriptedActor, Task, ToolCall, run
@@ -203,16 +202,3 @@ def test_a_task_file_rescues_by_default_when_it_names_required_files(
     text = TOML + extra + '[actor]\nscript = "agent.jsonl"\n'
     loaded = parse_task(text, tmp_path / "task.toml")
     assert loaded.task.policy.rescue_limit == limit
-
-
-async def test_an_exported_live_ladder_replays_to_the_same_decisions(tmp_path: Path) -> None:
-    policy = Policy(stall_threshold=4)
-    calls = [ToolCall("read_file", {"path": "notes.txt"})] * 5
-    result = await run(
-        _task(_project(tmp_path / "p"), policy=policy), ScriptedActor(calls), tmp_path / "j"
-    )
-    export = await anyio.run_process(
-        [PY, "-m", "proctor", "export", result.run_id, "--journal", str(tmp_path / "j")]
-    )
-    outcome = replay(parse_trajectory(export.stdout.decode().splitlines()))
-    assert [s.decision.value for s in outcome.steps] == _ladder(4)
