@@ -268,6 +268,10 @@ def _report(go: Any, console: Console, status: Any, as_json: bool) -> None:
                 soft_wrap=True,
             )
         console.print(f"candidate:   {result.candidate.digest}")
+        if handoff.answer:
+            console.print(f"answer:      {handoff.answer}", markup=False, soft_wrap=True)
+        for source in handoff.sources:
+            console.print(f"source:      {source}", markup=False, soft_wrap=True)
         for line in handoff.evidence:
             console.print(f"evidence:    {line}", markup=False, soft_wrap=True)
         for line in handoff.open_findings:
@@ -296,7 +300,7 @@ def run_command(task_file: Path, journal: str, as_json: bool, heartbeat: float) 
     """
     try:
         loaded = load_task(task_file)
-        actor = loaded.actor.make()
+        actor = loaded.make_actor()
     except ConfigError as exc:
         _fail(str(exc))
         return
@@ -536,6 +540,10 @@ def show_command(run_id: str, journal: str, as_json: bool) -> None:
                 f"stop reason: {reason.get('code')} - {reason.get('message')}", markup=False
             )
         console.print(f"candidate:   {h.get('candidate_digest')}")
+        if h.get("answer"):
+            console.print(f"answer:      {h['answer']}", markup=False)
+        for source in h.get("sources", []):
+            console.print(f"source:      {source}", markup=False)
         for line in h.get("evidence", []):
             console.print(f"evidence:    {line}", markup=False, soft_wrap=True)
         for line in h.get("open_findings", []):

@@ -307,9 +307,11 @@ async def test_no_progress_stops_a_looping_actor(tmp_path: Path) -> None:
     assert result.disposition is Disposition.NO_PROGRESS
     steps = await _steps(tmp_path / "j", result.run_id)
     decisions = [s["decision"] for s in steps if s["kind"] != "verdict"]
-    assert decisions[:5] == ["continue", "continue", "nudge", "continue", "stop"]
-    # The repeat at the last rung was refused, not run: the stop cost no tool call.
-    assert steps[4]["tool_status"] == "refused"
+    # The ladder of docs/progress.md: observe, nudge at T-2, refuse the exact repeat
+    # at T-1, stop at T.
+    assert decisions[:5] == ["continue", "continue", "nudge", "refuse", "stop"]
+    # The repeats at the last two rungs were refused, not run: they cost no tool call.
+    assert [s["tool_status"] for s in steps[3:5]] == ["refused", "refused"]
 
 
 async def test_wall_clock_deadline_ends_a_slow_actor(tmp_path: Path) -> None:

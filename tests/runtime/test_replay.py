@@ -87,28 +87,39 @@ EXPECTED: dict[str, Expect] = {
     "dup_pytest_spellings": _failure(5, progress={2: True, 3: False, 4: False}),
     "dup_pytest_spellings_threshold3": _failure(4),
     "repeated_failed_make": _failure(5),
-    "same_read_spelled_differently": _stall(5, progress={1: True, 2: False}),
-    "custom_tool_canonical_args": _stall(5, progress={1: True, 2: False, 3: False}),
+    "same_read_spelled_differently": _stall(
+        5, refused=frozenset({4}), progress={1: True, 2: False}
+    ),
+    "custom_tool_canonical_args": _stall(
+        5, refused=frozenset({4}), progress={1: True, 2: False, 3: False}
+    ),
     # -- allowed retries ------------------------------------------------------------
     # Fails, fails again the same way, then passes: a retry, not a loop.
     "flaky_retry_then_ok": _open(progress={3: False, 4: True}),
     # Twelve 429s are not the agent's loop; the fetch then succeeds and grounds.
     "rate_limit_429_many": _completed(14, "grounded_answer"),
     "infra_errors_mixed": _open(),
-    # Infrastructure errors are neither progress nor a step without progress: the
-    # stall of events 2-3 continues at events 9-10.
-    "infra_does_not_reset_stall": _stall(10),
+    # Event 4 repeats exactly the fetch that made no progress at events 2-3, at the
+    # refuse rung: it is refused (its recorded 429 never happens) and so is event 5.
+    "infra_does_not_reset_stall": _stall(5, refused=frozenset({4})),
+    # Without the refuse rung, infrastructure errors are neither progress nor a step
+    # without progress: the stall of events 2-3 continues at events 9-10.
+    "infra_does_not_reset_stall_no_refusals": _stall(10),
     # "connection refused" is the agent's own failure.
     "connection_refused_is_agents": _failure(5, progress={3: False}),
     # A 429 body with an `ok` status is an ordinary (repeated) result.
-    "rate_limit_body_with_ok_status": _stall(5),
+    "rate_limit_body_with_ok_status": _stall(5, refused=frozenset({4})),
     # -- results that change without task progress -----------------------------------
-    "changing_request_id_and_timestamp": _stall(6, progress={2: True, 3: False}),
-    "changing_date_output": _stall(5),
+    "changing_request_id_and_timestamp": _stall(
+        6, refused=frozenset({5}), progress={2: True, 3: False}
+    ),
+    "changing_date_output": _stall(5, refused=frozenset({4})),
     # -- completed tasks with extra actions -----------------------------------------
     "completed_then_extra_actions": _completed(5),
     # -- distinct progress ----------------------------------------------------------
-    "fetch_same_url_10": _stall(5, progress={1: True, 2: False, 3: False, 4: False}),
+    "fetch_same_url_10": _stall(
+        5, refused=frozenset({4}), progress={1: True, 2: False, 3: False, 4: False}
+    ),
     "fetch_cycle_abc": _stall(7, progress={1: True, 2: True, 3: True, 4: False}),
     "fetch_new_urls": _open(progress=dict.fromkeys(range(1, 13), True)),
     "distinct_successful_commands": _open(progress=dict.fromkeys(range(1, 13), True)),
@@ -135,11 +146,13 @@ EXPECTED: dict[str, Expect] = {
     "cycle_period5": _stall(9),
     # -- parallel rounds --------------------------------------------------------------
     # Six rounds of the same three reads: rounds 2-5 are the four iterations without
-    # progress, so the stop lands on round 5 (events 13-15), on its last event.
-    "parallel_rounds_counted_once": _stall(15),
+    # progress, so the stop lands on round 5 (events 13-15), on its last event. The
+    # reads of round 4 repeat round 3's exactly at the refuse rung: refused, and so
+    # are round 5's before the stop.
+    "parallel_rounds_counted_once": _stall(15, refused=frozenset(range(10, 15))),
     "parallel_round_any_progress": _open(),
     # Two spellings of one failing run per round: one occurrence per round.
-    "parallel_failures_counted_once": _failure(8),
+    "parallel_failures_counted_once": _failure(8, refused=frozenset({7})),
     # -- a user event starts a fresh window -------------------------------------------
     "user_fresh_window": _open(),
     "user_fresh_window_control": _failure(4),
@@ -150,7 +163,7 @@ EXPECTED: dict[str, Expect] = {
     "poll_failing_same": _failure(5),
     # poll_limit 5: events 1-5 are the same outcome five times in a row, allowed;
     # events 6-9 are four ordinary repetitions.
-    "poll_over_limit": _stall(9),
+    "poll_over_limit": _stall(9, refused=frozenset({8})),
     "poll_streak_reset_by_user": _open(),
     # -- legitimate work that must not stop -------------------------------------------
     "fix_verify_changing_failures": _completed(11, progress={2: True, 4: True, 6: False, 8: True}),
@@ -190,13 +203,13 @@ EXPECTED: dict[str, Expect] = {
     # -- signals ----------------------------------------------------------------------
     "signal_deadline_stale_candidate": Expect("budget_exhausted", "deadline", 5),
     "signal_deadline_ungrounded_answer": Expect("budget_exhausted", "deadline", 2),
-    "signal_stop_after_stall": Expect("stopped", "stop_signal", 5),
+    "signal_stop_after_stall": Expect("stopped", "stop_signal", 5, refused=frozenset({4})),
     # -- thresholds -------------------------------------------------------------------
     "stall_threshold_zero": _open(),
     # -- cases that once disagreed with the contract ------------------------------------
     # The only change between runs is x-github-request-id (and the date): a request
     # id is a volatile field, so events 2-5 are four steps without progress.
-    "changing_github_request_id": _stall(5),
+    "changing_github_request_id": _stall(5, refused=frozenset({4})),
     # "lookup proxy.golang.org ...: no such host" is a DNS failure: an infrastructure
     # error, never the agent's loop; the network comes back at event 9.
     "go_dns_failure_is_infrastructure": _open(),
@@ -217,11 +230,18 @@ EXPECTED: dict[str, Expect] = {
     # -- additions since the first version of the contract ----------------------------
     # `changed: true` (a `sed -i`): a new candidate, so the failure of events 1-3 starts
     # counting again at event 5; without the mark, event 5 is its 4th occurrence.
-    "changed_shell_edit_restarts_failure_count": _open(progress={4: True, 5: False}),
+    # Event 7 repeats exactly the run that failed at events 5-6 on this candidate, at
+    # the refuse rung: it is refused (the ladder of docs/progress.md).
+    "changed_shell_edit_restarts_failure_count": _open(
+        refused=frozenset({7}), progress={4: True, 5: False}
+    ),
     "changed_control_unmarked_shell_edit": _failure(5),
     # The same `sed -i` repeated: each is a new candidate, none is progress (the
-    # outcome decides, and it repeats); events 3-6 stall.
-    "changed_alone_is_not_progress": _stall(6, progress={2: True, 3: False}),
+    # outcome decides, and it repeats); events 3-6 stall, the exact repeat at the
+    # refuse rung (event 5) refused.
+    "changed_alone_is_not_progress": _stall(
+        6, refused=frozenset({5}), progress={2: True, 3: False}
+    ),
     # Evidence from before a `changed` action is stale; without the mark it is current.
     "changed_makes_evidence_stale": _open(),
     "changed_control_unmarked_evidence_current": _completed(3),

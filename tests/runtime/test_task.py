@@ -15,6 +15,7 @@ from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime import _task
 from proctor.runtime._progress.policy import Policy
 from proctor.runtime._task import (
+    LIVE_RESCUE_LIMIT,
     ActorSpec,
     Approval,
     Task,
@@ -125,7 +126,10 @@ def test_a_valid_file_loads_with_its_values(home: Path) -> None:
     assert task.budget == Budget(
         {"steps": 60, "wall_seconds": 900, "tool_calls:run_command": 20}, {"steps": 3}
     )
-    assert task.policy == Policy(stall_threshold=6, identical_response_threshold=0)
+    # The file names required files and sets no rescue_limit: a live run rescues once.
+    assert task.policy == Policy(
+        stall_threshold=6, identical_response_threshold=0, rescue_limit=LIVE_RESCUE_LIMIT
+    )
     assert task.template is None
     assert loaded.actor == ActorSpec(
         "scripted", (home / "agent.jsonl").resolve(), {"temperature": 0}
@@ -199,7 +203,8 @@ def test_unknown_top_level_table_names_its_line(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, '[extras]')}: extras: unknown key; "
-        "accepted: task, checks, contract, budget, policy, actor, prices, approve, sandbox"
+        "accepted: task, checks, contract, budget, policy, actor, prices, approve, sandbox, "
+        "fetch, search, tools"
     )
 
 

@@ -49,6 +49,8 @@ DIMENSIONS = (
     "working_seconds",
     "retries",
     "child_cpu_seconds",
+    "fetches",
+    "searches",
 )
 
 

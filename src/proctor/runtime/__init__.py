@@ -12,6 +12,7 @@ from proctor.runtime._actors.process import ProcessActor as ProcessActor
 from proctor.runtime._control.run import HEARTBEAT_SECONDS as HEARTBEAT_SECONDS
 from proctor.runtime._control.run import Stopper as Stopper
 from proctor.runtime._control.run import run as run
+from proctor.runtime._effects.declared import DeclaredTool as DeclaredTool
 from proctor.runtime._effects.http import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER
 from proctor.runtime._effects.http import HttpReconciler as HttpReconciler
 from proctor.runtime._effects.http import http_reconcilers as http_reconcilers
@@ -30,6 +31,12 @@ from proctor.runtime._effects.ledger import reconcile as reconcile
 from proctor.runtime._effects.ledger import reconciler_for as reconciler_for
 from proctor.runtime._effects.ledger import retry_with_backoff as retry_with_backoff
 from proctor.runtime._effects.ledger import verdict_state as verdict_state
+from proctor.runtime._effects.sources import Allowlist as Allowlist
+from proctor.runtime._effects.sources import FetchConfig as FetchConfig
+from proctor.runtime._effects.sources import HttpSearch as HttpSearch
+from proctor.runtime._effects.sources import SearchConfig as SearchConfig
+from proctor.runtime._effects.sources import SearchHit as SearchHit
+from proctor.runtime._effects.sources import SearchProvider as SearchProvider
 from proctor.runtime._hosting.export import export_trajectory as export_trajectory
 from proctor.runtime._hosting.export import journaled_actor as journaled_actor
 from proctor.runtime._hosting.resume import resume as resume
@@ -82,6 +89,7 @@ from proctor.runtime._records import TraceRecord as TraceRecord
 from proctor.runtime._task import ActorSpec as ActorSpec
 from proctor.runtime._task import Approval as Approval
 from proctor.runtime._task import Task as Task
+from proctor.runtime._task import live_policy as live_policy
 from proctor.runtime._task import load_task as load_task
 from proctor.runtime._tools.process import pid_alive as pid_alive
 from proctor.runtime._tools.registry import Tool as Tool
@@ -117,6 +125,7 @@ __all__ = (
     "TRANSCRIPT_FORMATS",
     "Actor",
     "ActorSpec",
+    "Allowlist",
     "Amendment",
     "Approval",
     "Candidate",
@@ -125,6 +134,7 @@ __all__ = (
     "CommandProbe",
     "Completion",
     "Decision",
+    "DeclaredTool",
     "Disposition",
     "Effect",
     "EffectLedger",
@@ -135,6 +145,8 @@ __all__ = (
     "GatewayActor",
     "Handoff",
     "HttpReconciler",
+    "FetchConfig",
+    "HttpSearch",
     "Journal",
     "JournalLike",
     "Judge",
@@ -152,6 +164,9 @@ __all__ = (
     "Round",
     "RunResult",
     "ScriptedActor",
+    "SearchConfig",
+    "SearchHit",
+    "SearchProvider",
     "StopReason",
     "Stopper",
     "Target",
@@ -179,6 +194,7 @@ __all__ = (
     "http_tools",
     "import_transcript",
     "journaled_actor",
+    "live_policy",
     "load_gateway_task",
     "load_script",
     "load_task",

@@ -33,6 +33,10 @@ class Handoff:
         spend: what the task has spent, per dimension, across all its runs.
         next_step: what should happen next.
         owner: who owns it: ``none``, ``actor``, ``operator`` or ``user``.
+        answer: for an answer task, the answer that ended the run (a grounded
+            final answer or a partial one); empty otherwise.
+        sources: for an answer task, the sources: those the answer cites and
+            that were fetched first, then every other URL fetched successfully.
     """
 
     disposition: Disposition
@@ -43,6 +47,8 @@ class Handoff:
     spend: dict[str, float]
     next_step: str
     owner: str
+    answer: str = ""
+    sources: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -81,4 +87,6 @@ class RunResult:
             "stop_reason": attrs.asdict(self.stop_reason) if self.stop_reason else None,
             "candidate": self.candidate.digest,
             "steps": self.steps,
+            "answer": self.handoff.answer,
+            "sources": list(self.handoff.sources),
         }

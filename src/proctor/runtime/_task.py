@@ -12,7 +12,7 @@ import math
 import re
 import shutil
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,9 +21,12 @@ import attrs
 from proctor._errors import ConfigError
 from proctor.budgets._budget import Budget
 from proctor.budgets._prices import Price, PriceTable
+from proctor.runtime._effects.declared import DeclaredTool, declared_tools, parse_tools
+from proctor.runtime._effects.sources import Allowlist, FetchConfig, SearchConfig, source_tools
 from proctor.runtime._progress.judge import TaskFacts
 from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
+from proctor.runtime._tools.registry import ToolRegistry
 from proctor.runtime._tools.sandbox import SandboxSettings
 from proctor.runtime._tools.spec import ToolSpec, spec_for
 from proctor.verifiers._candidate import DEFAULT_IGNORE
@@ -31,10 +34,12 @@ from proctor.verifiers._checks import CommandCheck, contract_version
 from proctor.verifiers._more_checks import Check, FileCheck, JudgeCheck, ScopeCheck
 
 __all__ = (
+    "LIVE_RESCUE_LIMIT",
     "ActorSpec",
     "Approval",
     "Task",
     "TaskFile",
+    "live_policy",
     "load_task",
     "parse_task",
     "prepare_workspace",
@@ -117,6 +122,50 @@ def _strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _declared(value: Iterable[DeclaredTool]) -> tuple[DeclaredTool, ...]:
+    return tuple(value)
+
+
+_FETCH = ("allow", "time_limit", "max_bytes")
+
+
+def _fetch(table: Mapping[str, Any], where: str = "fetch") -> FetchConfig:
+    """A ``[fetch]`` table: ``allow`` (hosts or URL patterns), ``time_limit``, ``max_bytes``."""
+    for key in table:
+        if key not in _FETCH:
+            raise ConfigError(f"{where}.{key}: unknown key; accepted: {', '.join(_FETCH)}")
+    allow = table.get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+        raise ConfigError(
+            f'{where}.allow: a list of hosts or URL patterns, such as ["docs.python.org"]'
+        )
+    extra = {k: table[k] for k in ("time_limit", "max_bytes") if k in table}
+    return FetchConfig(Allowlist(tuple(allow)), **extra)
+
+
+#: How many rescues a live run allows by default when the task names required files.
+LIVE_RESCUE_LIMIT = 1
+
+
+def live_policy(required_files: Iterable[str] = (), **settings: Any) -> Policy:
+    """
+    Return the policy of a live run that sets ``settings`` and no ``rescue_limit``.
+
+    A live controller sees the workspace, so when the task names required files
+    a stalled run is given :data:`LIVE_RESCUE_LIMIT` rescue before its
+    ``no_progress`` stop (the rescue names the files still missing). A replay
+    cannot know which files a recorded agent made, so a trajectory's policy keeps
+    the contract's default, no rescue.
+
+    Args:
+        required_files: the task's required file patterns.
+        settings: other policy settings (``rescue_limit`` among them is taken as it is).
+    """
+    if tuple(required_files) and "rescue_limit" not in settings:
+        settings["rescue_limit"] = LIVE_RESCUE_LIMIT
+    return Policy(**settings)
+
+
 @attrs.frozen
 class Task:
     """
@@ -136,7 +185,9 @@ class Task:
         required_files: glob patterns of files the result must contain.
         ignore: glob patterns left out of the candidate digest and snapshots.
         budget: the limits, kept by the accountant.
-        policy: the no-progress policy.
+        policy: the no-progress policy. By default :func:`live_policy`: with
+            ``required_files`` declared, a live run may rescue a stalled build once
+            (``rescue_limit = 1``). A policy given is taken as it is.
         command_time_limit: seconds a ``run_command`` call may take before its
             process group is killed and its outcome recorded as uncertain.
         task_id: the task's identity; spend and history belong to it. A new run
@@ -153,6 +204,10 @@ class Task:
         sandbox: how commands and checks are isolated (a task file's ``[sandbox]``).
         source: the task file it was loaded from, if any: kept out of the actor's
             reach like the journal.
+        fetch: what the built-in ``fetch`` may read (an allowlist and limits);
+            None: no ``fetch`` tool.
+        search: the provider of the built-in ``search``; None: no ``search`` tool.
+        tools: tools the task declares (command templates, HTTP endpoints).
     """
 
     goal: str
@@ -164,7 +219,9 @@ class Task:
     required_files: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     ignore: tuple[str, ...] = attrs.field(default=DEFAULT_IGNORE, converter=_strings)
     budget: Budget = attrs.field(factory=Budget)
-    policy: Policy = attrs.field(factory=Policy)
+    policy: Policy = attrs.field(
+        default=attrs.Factory(lambda self: live_policy(self.required_files), takes_self=True)
+    )
     command_time_limit: float = 120.0
     task_id: str | None = None
     template: Path | None = None
@@ -174,6 +231,9 @@ class Task:
     approval_wait: float = 600.0
     sandbox: SandboxSettings = attrs.field(factory=SandboxSettings)
     source: Path | None = None
+    fetch: FetchConfig | None = None
+    search: SearchConfig | None = None
+    tools: tuple[DeclaredTool, ...] = attrs.field(default=(), converter=_declared)
 
     def __attrs_post_init__(self) -> None:
         for name in ("answer_wait", "approval_wait"):
@@ -243,15 +303,27 @@ class Task:
             tools: the declarations of the tools on offer (``ToolRegistry.specs()``):
                 the controller and the decision core read the same ones, so a
                 registered tool that writes a path is fenced like ``write_file``.
-                Declarations equal to the built-in ones add nothing.
+                Declarations equal to the built-in ones add nothing; the tools
+                the task declares (``tools``) are always among them.
         """
         return TaskFacts(
             kind=self.kind,
             checks=tuple(c.name for c in self.all_checks() if c.required),
             protected=self.protected,
             required_files=self.required_files,
-            tools={spec.name: spec for spec in tools if spec != spec_for(spec.name)},
+            tools={
+                spec.name: spec
+                for spec in (*(t.spec for t in self.tools), *tools)
+                if spec != spec_for(spec.name)
+            },
         )
+
+    def registry(self) -> ToolRegistry:
+        """The tools a run of this task offers: the built-in ones, and those it opted into."""
+        registry = ToolRegistry.builtin()
+        for tool in [*source_tools(self.fetch, self.search), *declared_tools(self.tools)]:
+            registry.register(tool)
+        return registry
 
     def describe(self) -> dict[str, Any]:
         """The task as plain data, for the journal."""
@@ -269,6 +341,9 @@ class Task:
             "approval_wait": self.approval_wait,
             "sandbox": self.sandbox.describe(),
             "source": None if self.source is None else str(self.source),
+            "fetch": None if self.fetch is None else self.fetch.describe(),
+            "search": None if self.search is None else self.search.describe(),
+            "tools": [t.describe() for t in self.tools],
             # The whole table, built-in prices included: a resumed run charges its
             # model calls as the first did, whatever this proctor's table says.
             "prices": {
@@ -341,6 +416,11 @@ class Task:
             approval_wait=float(data.get("approval_wait", 600.0)),
             sandbox=SandboxSettings.from_mapping(data.get("sandbox") or {}),
             source=None if data.get("source") is None else Path(data["source"]),
+            fetch=None if data.get("fetch") is None else _fetch(data["fetch"]),
+            search=None
+            if data.get("search") is None
+            else SearchConfig.from_mapping(data["search"]),
+            tools=parse_tools(data.get("tools") or []),
             prices=PriceTable()
             if data.get("prices") is None
             else PriceTable(
@@ -379,9 +459,14 @@ class ActorSpec:
         script = data.get("script")
         return cls(str(data["kind"]), None if script is None else Path(script), options)
 
-    def make(self) -> Any:
+    def make(self, tools: Sequence[ToolSpec] | None = None) -> Any:
         """
         Make the actor.
+
+        Args:
+            tools: the declarations of the tools the run offers, for an actor that
+                tells a model about them (default: the built-in ones); a task's are
+                ``task.registry().specs()``.
 
         Raises:
             ConfigError: the options do not make an actor.
@@ -396,7 +481,8 @@ class ActorSpec:
             from proctor.runtime._actors.openai import OpenAIActor
             from proctor.runtime._tools.registry import ToolRegistry
 
-            return OpenAIActor.from_options(self.options, ToolRegistry.builtin().specs(), "actor")
+            specs = ToolRegistry.builtin().specs() if tools is None else tuple(tools)
+            return OpenAIActor.from_options(self.options, specs, "actor")
         if self.kind == "process":
             from proctor.runtime._actors.process import ProcessActor
 
@@ -416,17 +502,16 @@ class TaskFile:
     task: Task
     actor: ActorSpec
 
+    def make_actor(self) -> Any:
+        """
+        Make the file's actor, told of every tool the task offers.
 
-_TASK = (
-    "goal",
-    "workspace",
-    "kind",
-    "id",
-    "command_time_limit",
-    "ignore",
-    "template",
-    "answer_wait",
-)
+        Raises:
+            ConfigError: the options do not make an actor.
+        """
+        return self.actor.make(self.task.registry().specs())
+
+
 _TOP = (
     "task",
     "checks",
@@ -437,6 +522,19 @@ _TOP = (
     "prices",
     "approve",
     "sandbox",
+    "fetch",
+    "search",
+    "tools",
+)
+_TASK = (
+    "goal",
+    "workspace",
+    "kind",
+    "id",
+    "command_time_limit",
+    "ignore",
+    "template",
+    "answer_wait",
 )
 _CHECK = (
     "name",
@@ -521,6 +619,12 @@ def _named(message: str, table: str) -> str:
         return table + dotted[1].rstrip(":")
     quoted = re.search(r"'([\w:-]+)'", message)
     return f"{table}.{quoted[1]}" if quoted else table
+
+
+def _field_and_message(message: str) -> tuple[str, str]:
+    """Split ``"tools[2].run: must be ..."`` into the field and what is wrong with it."""
+    field, sep, rest = message.partition(": ")
+    return (field, rest) if sep else ("", message)
 
 
 def _message(message: str) -> str:
@@ -743,7 +847,12 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         raise where.error(_named(str(exc), "budget"), _message(str(exc))) from None
 
     try:
-        policy = Policy.from_mapping(_table(where, data, "policy"))
+        policy_table = _table(where, data, "policy")
+        policy = Policy.from_mapping(policy_table)
+        settings = policy.settings()
+        if "rescue_limit" not in policy_table:
+            del settings["rescue_limit"]
+        policy = live_policy(required_files, **settings)
     except ConfigError as exc:
         raise where.error(_named(str(exc), "policy"), _message(str(exc))) from None
 
@@ -751,6 +860,17 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         prices = PriceTable.from_mapping(_table(where, data, "prices"), "prices")
     except ConfigError as exc:
         raise where.error(_named(str(exc), "prices"), _message(str(exc))) from None
+
+    fetch: FetchConfig | None = None
+    search: SearchConfig | None = None
+    try:
+        if "fetch" in data:
+            fetch = _fetch(_table(where, data, "fetch"))
+        if "search" in data:
+            search = SearchConfig.from_mapping(_table(where, data, "search"))
+        tools = parse_tools(data.get("tools", []))
+    except ConfigError as exc:
+        raise where.error(*_field_and_message(str(exc))) from None
 
     actor = _actor_spec(where, _table(where, data, "actor"), base)
     try:
@@ -778,6 +898,9 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             approval_wait=approval_wait,
             sandbox=sandbox,
             source=path.resolve(),
+            fetch=fetch,
+            search=search,
+            tools=tools,
         )
     except ConfigError as exc:
         raise where.error("checks", str(exc)) from None

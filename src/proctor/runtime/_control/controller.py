@@ -163,9 +163,12 @@ def _claim_event(claim: Claim) -> dict[str, Any]:
     }
 
 
-def _call_amounts(call: ToolCall) -> dict[str, float]:
-    """What one tool call costs: a call in all, and one of its tool."""
-    return {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
+def _call_amounts(call: ToolCall, spec: ToolSpec | None = None) -> dict[str, float]:
+    """What one tool call costs: a call in all, one of its tool, one of its own dimension."""
+    amounts = {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
+    if spec is not None and spec.charge is not None:
+        amounts[spec.charge] = 1.0
+    return amounts
 
 
 @attrs.define(eq=False)
@@ -241,6 +244,9 @@ class Controller:
     _call_scope: anyio.CancelScope | None = None
     _waiting: str | None = None
     _watch_seen: int = 0
+    # The answer that ended the run, and the fetched sources it cites.
+    answer: str = ""
+    cited: tuple[str, ...] = ()
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -795,7 +801,9 @@ class Controller:
         # is charged with it; a call that does not fit is reserved on its own
         # instead, and refused as any other.
         lone = self._lone_read(proposal)
-        amounts = {"steps": 1.0} | (_call_amounts(lone) if lone is not None else {})
+        amounts = {"steps": 1.0} | (
+            _call_amounts(lone, self.registry.spec(lone.tool)) if lone is not None else {}
+        )
         charged = await self._reserve(amounts, charge=True)
         if isinstance(charged, Exhaustion) and lone is not None and charged.limit != "steps":
             lone = None
@@ -808,6 +816,10 @@ class Controller:
             await self._calls(calls, charged=lone is not None)
         elif isinstance(proposal, Message):
             ruling = self.judge.message(proposal)
+            answers = (MessageKind.FINAL_ANSWER, MessageKind.PARTIAL_ANSWER)
+            if ruling.decision is Decision.STOP and proposal.kind in answers:
+                self.answer = proposal.text
+                self.cited = tuple(s for s in proposal.sources if s in self.judge.fetched)
             record = await self._record("message", ruling, event=_message_event(proposal))
             build = self.task.kind == "build"
             if proposal.kind is MessageKind.FINAL_ANSWER and build and not self.judge.terminal:
@@ -914,7 +926,7 @@ class Controller:
                 if refusal is not None:
                     return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
-        amounts = _call_amounts(call)
+        amounts = _call_amounts(call, spec)
         if spec.effectful:
             # Charged when its intent is journaled; not if it is refused before.
             grant = await self._reserve(amounts)
@@ -1247,6 +1259,9 @@ class Controller:
             self.final_digest,
             evidence,
             sandboxed=self.task.sandbox.mode != "off",
+            answer=self.answer,
+            cited=tuple(self.cited),
+            answer_task=self.task.kind == "answer",
         )
         await self._snapshot()
         # From here on the journal itself refuses effect dispatches for this run.

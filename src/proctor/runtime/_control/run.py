@@ -45,7 +45,7 @@ from proctor.runtime._effects.ledger import (
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
 from proctor.runtime._journal.base import RUNNING, STALE, RunRow
 from proctor.runtime._outcome import Candidate, RunResult
-from proctor.runtime._progress.judge import Judge
+from proctor.runtime._progress.judge import Judge, missing_files
 from proctor.runtime._records import (
     Disposition,
     NoteKind,
@@ -421,7 +421,8 @@ async def run(
             opened for the run and closed after it; or an open journal, left
             open. Runs of one process that share an open journal share its
             connection: a host of many runs should (see docs/performance.md).
-        tools: the tools on offer (default: the built-in workspace tools).
+        tools: the tools on offer (default: ``task.registry()``, the built-in workspace
+            tools and the fetch, search and declared tools the task opted into).
         on_step: called with each trace record after it is journaled.
         run_id: the run's id (default: a new one).
         actor_spec: how to make the actor again (a task file's ``[actor]`` table),
@@ -483,7 +484,7 @@ async def start_run(
     """
     if claimed is not None:
         run_id = claimed.run_id
-    registry = tools if tools is not None else ToolRegistry.builtin()
+    registry = tools if tools is not None else task.registry()
     run_id = run_id or uuid.uuid4().hex
     task_id = task.task_id or uuid.uuid4().hex
     structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)
@@ -602,6 +603,9 @@ async def _run(
         task=task.facts(registry.specs()),
         policy=task.policy,
         digest=await anyio.to_thread.run_sync(hasher.digest),
+        # The live controller knows which files exist: the hasher's view, as of the
+        # digest taken after the last call that could change the workspace.
+        missing_files=lambda: missing_files(task.required_files, hasher.files()),
         contract_version=task.contract_version,
     )
     greeting = ""

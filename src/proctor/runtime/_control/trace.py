@@ -107,6 +107,9 @@ def _handoff(
     evidence: Sequence[Evidence],
     *,
     sandboxed: bool = True,
+    answer: str = "",
+    cited: Sequence[str] = (),
+    answer_task: bool = False,
 ) -> Handoff:
     assert judge.disposition is not None
     latest: dict[str, Evidence] = {}
@@ -176,7 +179,12 @@ def _handoff(
         owner = reason.owner
     if escalated and owner == "none":
         owner = "operator"
+    sources: tuple[str, ...] = ()
+    if answer_task:
+        sources = tuple(cited) + tuple(sorted(judge.fetched - set(cited)))
     return Handoff(
+        answer=answer,
+        sources=sources,
         disposition=disposition,
         stop_reason=reason,
         candidate_digest=current,

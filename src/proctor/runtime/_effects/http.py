@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -340,11 +341,16 @@ class HttpGet:
         time_limit: seconds a request may take, reply included.
         excerpt: bytes of the reply's body kept in the result.
         trust_env: whether proxies and certificates come from the environment.
+        allow: checks every request's URL, redirects included: the reason to
+            refuse it, or None to send it.
+        keep_headers: reply headers (lower-case names) the result shows.
     """
 
     time_limit: float = attrs.field(default=30.0, validator=_positive)
     excerpt: int = 64_000
     trust_env: bool = True
+    allow: Callable[[str], str | None] | None = None
+    keep_headers: tuple[str, ...] = ()
 
     async def __call__(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         """
@@ -354,29 +360,67 @@ class HttpGet:
             ctx: unused; part of the tool protocol.
             args: ``url``, and optionally ``headers``.
         """
-        url = str(args["url"])
-        problem = _check_url(url)
         headers, bad = _check_headers(args.get("headers"))
-        if problem is not None or headers is None:
-            return _error(problem or bad or "bad arguments")
+        if headers is None:
+            return _error(bad or "bad arguments")
+        return await self.get(str(args["url"]), headers)
+
+    async def get(self, url: str, headers: dict[str, str] | None = None) -> ToolResult:
+        """
+        Send the GET and return the status line, the kept headers and the body.
+
+        Every request is checked with ``allow`` first, redirects included: one it
+        refuses is not sent, and the result is an ``error`` that says why.
+
+        Args:
+            url: an absolute http or https URL.
+            headers: request headers.
+        """
+        problem = _check_url(url)
+        if problem is not None:
+            return _error(problem)
         started = time.monotonic()
         result = _error(f"GET {url}: no reply within the time limit of {self.time_limit:g} s")
+        allow = self.allow
+
+        async def check(request: httpx.Request) -> None:
+            refusal = allow(str(request.url)) if allow is not None else None
+            if refusal is not None:
+                raise _NotAllowed(f"refused: GET {request.url} was not sent: {refusal}")
+
         with anyio.move_on_after(self.time_limit):
             try:
                 async with (
                     httpx.AsyncClient(
-                        timeout=self.time_limit, follow_redirects=True, trust_env=self.trust_env
+                        timeout=self.time_limit,
+                        follow_redirects=True,
+                        trust_env=self.trust_env,
+                        event_hooks={"request": [check]},
                     ) as client,
-                    client.stream("GET", url, headers=headers) as response,
+                    client.stream("GET", url, headers=headers or {}) as response,
                 ):
                     text, note = await _read_excerpt(response, self.excerpt)
                 line = f"GET {url} -> {response.status_code} {response.reason_phrase}"
+                if str(response.url) != url:
+                    line += f" (from {response.url})"
+                kept = [
+                    f"{name}: {response.headers[name]}"
+                    for name in self.keep_headers
+                    if name in response.headers
+                ]
                 ok = 200 <= response.status_code < 300
                 status = ToolStatus.OK if ok else ToolStatus.ERROR
-                result = ToolResult(status, _with_note(f"{line}\n{text}", note))
+                head = "\n".join([line, *kept])
+                result = ToolResult(status, _with_note(f"{head}\n{text}", note))
+            except _NotAllowed as exc:
+                result = _error(str(exc))
             except httpx.HTTPError as exc:
                 result = _error(f"GET {url} failed: {type(exc).__name__}: {exc}")
         return attrs.evolve(result, duration=time.monotonic() - started)
+
+
+class _NotAllowed(Exception):
+    """A request ``HttpGet.allow`` refused; it was not sent."""
 
 
 def http_tools(

@@ -685,7 +685,7 @@ async def serve_gateway(
         host: for HTTP, a loopback address to listen on.
         port: for HTTP, the port; 0 picks a free one.
         ready: for HTTP, called with the server's URL once it accepts connections.
-        tools: the tools on offer (default: the built-in workspace tools).
+        tools: the tools on offer (default: the task's, ``task.registry()``).
         grace: for HTTP, seconds the server keeps answering after the run ended.
         stop: set it to stop serving.
         handle_signals: on SIGINT (SIGTERM) end the run ``stopped`` as
@@ -703,7 +703,7 @@ async def serve_gateway(
     """
     if transport not in ("stdio", "http"):
         raise ConfigError(f"transport must be 'stdio' or 'http', got {transport!r}")
-    registry = tools if tools is not None else ToolRegistry.builtin()
+    registry = tools if tools is not None else task.registry()
     listening = _listen(host, port) if transport == "http" else None
     actor = GatewayActor()
     try:

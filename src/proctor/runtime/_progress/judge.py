@@ -26,7 +26,7 @@ import re
 import sys
 from array import array
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -78,6 +78,7 @@ __all__ = (
     "action_key",
     "facts_digest",
     "is_infrastructure_error",
+    "missing_files",
     "normalized_action",
 )
 
@@ -85,6 +86,9 @@ __all__ = (
 SNAPSHOT_FORMAT = 2
 
 SignalName = Literal["stop_signal", "user_stop", "deadline"]
+
+# How the refuse rung's refusals begin: a refused exact repeat is told from other refusals.
+_REPEAT = "repeat: "
 
 _STATUS_WORDS = (
     r"Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable|Gateway Time-?out"
@@ -236,6 +240,18 @@ def action_key(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> s
     return normalized_action(call, tools)
 
 
+def missing_files(required: Sequence[str], present: Iterable[str]) -> tuple[str, ...]:
+    """
+    Return the required file patterns that no present file matches, in their order.
+
+    Args:
+        required: glob patterns of files the result must contain.
+        present: the workspace-relative paths of the files there are.
+    """
+    files = tuple(present)
+    return tuple(p for p in required if not any(matches(f, (p,)) for f in files))
+
+
 def facts_digest(task: TaskFacts) -> str:
     """
     Return a digest of what the decision core knows of the task: a snapshot taken
@@ -339,7 +355,9 @@ class _Window:
     # outcome, 0 once one did not. Hashes (64 bits) keep it small: an action's
     # arguments may hold a whole file, and every action the run ever took is here.
     outcomes: dict[int, int] = attrs.field(factory=dict)
-    last_idle_action: str | None = None
+    # The actions of the last iteration without progress, each with the failure it gave
+    # (None: it did not fail): an exact repeat that is refused would have given it again.
+    idle: dict[str, str | None] = attrs.field(factory=dict)
     # (hash of an action, its outcome), the last ten
     shapes: deque[tuple[int, str]] = attrs.field(factory=lambda: deque(maxlen=10))
 
@@ -460,18 +478,20 @@ class Judge:
             return f"protected: {path} is protected by the task's contract; it may not be changed"
         threshold = self.policy.stall_threshold
         w = self._window
+        # The refuse rung: the next step without progress would be the (T-1)-th (or
+        # later) in a row, and this call is the exact repeat of the last one that made
+        # none, with the same outcome every time it ran. It is not run.
         if (
             self.policy.refuse_repeats
             and threshold >= 2
-            and w.stall >= threshold - 1
-            and w.last_idle_action is not None
-            and w.last_idle_action == self._action(call)
-            and w.outcomes.get(_hash64(w.last_idle_action), 0) != 0
+            and w.stall + 1 >= threshold - 1
+            and (action := self._action(call)) in w.idle
+            and w.outcomes.get(_hash64(action), 0) != 0
             and not (call.poll and self._poll_allowed(call))
         ):
             return (
-                f"repeat: this exact call made no progress last time and {w.stall} steps in a "
-                "row made none; try something that can produce new evidence"
+                f"{_REPEAT}this exact call made no progress last time and {w.stall} steps in a "
+                "row made none; it was not run: try something that can produce new evidence"
             )
         return None
 
@@ -527,7 +547,7 @@ class Judge:
         w.last_response = None
         w.polls.clear()
         w.tool_streaks.clear()
-        w.last_idle_action = None
+        w.idle.clear()
         w.seen[self.digest] = None
 
     def amend(self, task: TaskFacts, contract_version: str) -> None:
@@ -549,11 +569,21 @@ class Judge:
         w.iteration += 1
         results: list[tuple[bool | None, str, dict[str, Any], str | None, str]] = []
         failures_hit: set[tuple[str, str]] = set()
+        ran: dict[str, str | None] = {}
+        kept: dict[str, str | None] = {}
         for item in items:
             if isinstance(item, Refused):
                 results.append((False, item.reason, {}, None, "refuse"))
+                if item.reason.startswith(_REPEAT):
+                    action = self._action(item.call)
+                    known = kept[action] = w.idle.get(action)
+                    if known is not None:
+                        # Its outcome is known: it failed the same way every time it ran.
+                        self._failure(known, failures_hit)
             else:
-                results.append((*self._act(item, failures_hit), "act"))
+                failed: list[str] = []
+                results.append((*self._act(item, failures_hit, failed), "act"))
+                ran[self._action(item.call)] = failed[0] if failed else None
             self._tool_streak(item.call.tool, results[-1][0])
         values = [r[0] for r in results]
         progress: bool | None
@@ -565,14 +595,18 @@ class Judge:
             progress = None
         self._count(progress)
         if progress:
-            w.last_idle_action = None
+            w.idle.clear()
             w.same_response = 0
             w.last_response = None
         elif progress is False:
-            last = [it for it in items if isinstance(it, Act)]
-            w.last_idle_action = self._action(last[-1].call) if last else None
+            # What ran without progress, and what was refused as a repeat, may be
+            # refused if repeated exactly.
+            w.idle = {**kept, **ran}
 
         stop = self._no_progress_stop(failures_hit)
+        # A rescue takes the place of a stop, so it lands where the stop would have,
+        # on a refused call too.
+        rescue = stop is None and bool(self._rescue_text)
         nudge = None if stop else self._nudge() or self._streak_nudge(items)
         rulings = []
         for index, (p, note, delta, fp, what) in enumerate(results):
@@ -583,13 +617,13 @@ class Judge:
             if last_item and stop is not None:
                 disposition, stop_reason = self._end(*stop)
                 decision, reason = Decision.STOP, stop_reason.message
-            elif last_item and nudge is not None and decision is Decision.CONTINUE:
+            elif last_item and nudge is not None and (rescue or decision is Decision.CONTINUE):
                 decision, reason = Decision.NUDGE, nudge
             rulings.append(Ruling(decision, bool(p), reason, disposition, stop_reason, delta, fp))
         return rulings
 
     def _act(
-        self, act: Act, failures_hit: set[tuple[str, str]]
+        self, act: Act, failures_hit: set[tuple[str, str]], failed: list[str]
     ) -> tuple[bool | None, str, dict[str, Any], str | None]:
         w = self._window
         self.actions += 1
@@ -662,6 +696,7 @@ class Judge:
             # Nothing says which dead end this was (a search that found nothing, a test
             # that was false): the call names it. Another search is other work.
             fkey = f"{fkey}:{digest(key)}"
+        failed.append(fkey)
         self._shape(khash, fkey)
         new = w.work.add("failure", fkey)
         self._failure(fkey, failures_hit)
@@ -1128,7 +1163,7 @@ class Judge:
                 "tool_streaks": [[tool, n] for tool, n in w.tool_streaks.items()],
                 "outcome_actions": _pack64(list(w.outcomes)),
                 "outcome_values": _pack64(list(w.outcomes.values())),
-                "last_idle_action": w.last_idle_action,
+                "idle": [[action, failure] for action, failure in w.idle.items()],
                 "shapes": [[f"{k:016x}", outcome] for k, outcome in w.shapes],
             },
         }
@@ -1215,7 +1250,7 @@ class Judge:
             iteration=_int(w["iteration"]),
             tool_streaks={_str(t): _int(n) for t, n in _pairs(w["tool_streaks"], 2)},
             outcomes=dict(zip(keys, values, strict=True)),
-            last_idle_action=_opt_str(w["last_idle_action"]),
+            idle={_str(a): _opt_str(f) for a, f in _pairs(w["idle"], 2)},
             shapes=deque(((int(k, 16), _str(o)) for k, o in _pairs(w["shapes"], 2)), maxlen=10),
         )
         return fields, window

@@ -19,7 +19,7 @@ from proctor._errors import ConfigError
 __all__ = ("POLICY_CODE_VERSION", "Policy")
 
 #: Bumped whenever the decision code changes what it decides for some input.
-POLICY_CODE_VERSION = "2026.12.1"
+POLICY_CODE_VERSION = "2026.12.2"
 
 
 def _at_least(minimum: int) -> Any:

@@ -19,7 +19,15 @@ import attrs
 from proctor._digest import digest
 from proctor._errors import ConfigError, TrajectoryError
 from proctor._wire import expect_bool, expect_int, expect_str, expect_strings
-from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, TaskFacts, Verdict
+from proctor.runtime._progress.judge import (
+    Act,
+    Judge,
+    Refused,
+    Ruling,
+    TaskFacts,
+    Verdict,
+    missing_files,
+)
 from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
 from proctor.runtime._records import (
@@ -31,7 +39,6 @@ from proctor.runtime._records import (
     ToolResult,
     ToolStatus,
 )
-from proctor.verifiers._candidate import matches
 
 __all__ = (
     "FORMAT",
@@ -600,10 +607,7 @@ def replay(trajectory: Trajectory) -> Replay:
     digests = [model.digest]  # digests[i]: the candidate after event i
 
     def missing() -> tuple[str, ...]:
-        present = model.existing()
-        return tuple(
-            p for p in header.task.required_files if not any(matches(f, (p,)) for f in present)
-        )
+        return missing_files(header.task.required_files, model.existing())
 
     def apply(call: ToolCall, result: ToolResult, event: Event) -> str:
         if result.status is not ToolStatus.REFUSED:

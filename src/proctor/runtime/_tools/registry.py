@@ -21,7 +21,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -37,7 +37,7 @@ from proctor.runtime._tools.spec import BUILTIN_SPECS, ToolSpec, spec_for
 from proctor.runtime._tools.workspace import Workspace
 from proctor.verifiers._candidate import matches
 
-__all__ = ("Tool", "ToolContext", "ToolFn", "ToolRegistry", "call_tool")
+__all__ = ("Tool", "ToolContext", "ToolFn", "ToolRegistry", "call_tool", "run_workspace_command")
 
 log = structlog.get_logger()
 
@@ -451,15 +451,31 @@ async def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     return ToolResult(ToolStatus.OK, "\n".join(lines))
 
 
-async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+async def run_workspace_command(
+    ctx: ToolContext, cmd: str | Sequence[str], time_limit: float | None = None
+) -> ToolResult:
+    """
+    Run a command in the workspace the way ``run_command`` does: the one path for
+    every command an agent's call runs (``run_command`` and the command tools a task
+    file declares), so that what confines one confines all.
+
+    Args:
+        ctx: the run's tool context (workspace, environment, process groups).
+        cmd: a shell command line, or a program and its arguments.
+        time_limit: seconds it may run; None: the context's ``command_time_limit``.
+    """
     return await run_command(
-        args["cmd"],
+        cmd,
         cwd=ctx.workspace.root,
-        time_limit=ctx.command_time_limit,
+        time_limit=ctx.command_time_limit if time_limit is None else time_limit,
         env=ctx.env,
         groups=ctx.groups,
         sandbox=ctx.sandbox,
     )
+
+
+async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    return await run_workspace_command(ctx, args["cmd"])
 
 
 _BUILTIN_FNS: dict[str, ToolFn] = {

@@ -48,6 +48,8 @@ class ToolSpec:
             (the workspace's content).
         source: the argument naming an information source (a URL or a query),
             tracked as a source by the progress policy.
+        charge: a budget dimension each call spends one of, besides ``tool_calls``
+            (``fetch``: ``fetches``, ``search``: ``searches``).
     """
 
     name: str
@@ -59,6 +61,7 @@ class ToolSpec:
     identity: tuple[str, ...] | None = None
     changes_candidate: bool = False
     source: str | None = None
+    charge: str | None = None
 
     @property
     def effectful(self) -> bool:
@@ -133,8 +136,24 @@ BUILTIN_SPECS: dict[str, ToolSpec] = {
             targets=("cmd",),
             changes_candidate=True,
         ),
-        ToolSpec("fetch", Effect.READ, "Fetch a URL.", _obj(url=_STR), source="url"),
-        ToolSpec("search", Effect.READ, "Search the web.", _obj(query=_STR), source="query"),
+        ToolSpec(
+            "fetch",
+            Effect.READ,
+            "Fetch a URL (http or https, on the task's allowlist) and return its status, "
+            "content type and body. A URL fetched successfully is a source a final answer "
+            "may cite.",
+            _obj(url=_STR),
+            source="url",
+            charge="fetches",
+        ),
+        ToolSpec(
+            "search",
+            Effect.READ,
+            "Search for pages: returns titles, URLs and snippets.",
+            _obj(query=_STR),
+            source="query",
+            charge="searches",
+        ),
     )
 }
 
