@@ -54,6 +54,7 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "candidate",
             "progress",
             "tools",
+            "effects",
             "actors",
         ),
     ),
