@@ -14,6 +14,9 @@ Every error proctor raises derives from :class:`ProctorError`::
     ├── EffectError                      an effect-ledger rule was broken
     ├── BudgetError                      a budget rule was broken (unknown model price, ...)
     ├── ActorError                       an actor could not produce a proposal
+    ├── InputRefused (ValueError)        data refused at a boundary (not finite, a lone
+    │                                    surrogate, too deep, too large)
+    ├── RunHeld                          the task's runs are held by another live host
     ├── SnapshotRefused (ValueError)     a decision-core snapshot that cannot be restored
     └── RunNotFoundError (LookupError)   no run with that id in the journal
 """
@@ -26,8 +29,10 @@ __all__ = (
     "ConfigError",
     "EffectError",
     "FencedError",
+    "InputRefused",
     "JournalError",
     "ProctorError",
+    "RunHeld",
     "RunNotFoundError",
     "SchemaError",
     "SnapshotRefused",
@@ -109,6 +114,38 @@ class ActorError(ProctorError):
 
     The runtime turns it into a journaled ``failed`` disposition (``actor_crashed``).
     """
+
+
+class InputRefused(ProctorError, ValueError):
+    """
+    Data that cannot cross a boundary of the runtime: a number that is not finite,
+    an integer out of range, a lone surrogate, nesting too deep, a value too large.
+
+    Args:
+        message: what was wrong and what would be accepted.
+        where: the place in the data (``args.content``, ``events[3].text``).
+    """
+
+    def __init__(self, message: str, where: str = "") -> None:
+        self.where = where
+        self.reason = message
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class RunHeld(ProctorError):
+    """
+    The task's runs are held by another live host: a second host may not resume
+    or run it while the first one does.
+
+    Args:
+        holder: who holds it (``host NAME pid N``).
+        run_id: the run it holds.
+    """
+
+    def __init__(self, message: str, holder: str, run_id: str) -> None:
+        self.holder = holder
+        self.run_id = run_id
+        super().__init__(message)
 
 
 class SnapshotRefused(ProctorError, ValueError):

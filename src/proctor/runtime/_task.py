@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import attrs
 
-from proctor._errors import ConfigError
+from proctor._boundary import Limits, check_plain
+from proctor._errors import ConfigError, InputRefused
 from proctor.budgets._budget import Budget
 from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime._progress.judge import TaskFacts
@@ -97,6 +98,13 @@ class Task:
             (see :func:`prepare_workspace`); None uses the workspace as it is.
         prices: model prices for the cost of model calls (the built-in table,
             extended by a task file's ``[prices]``).
+        limits: the sizes that bound the work on what the actor sends (argument
+            size, command length, file size written, output kept, snapshot size,
+            nesting depth); see ``docs/robustness.md``.
+
+    Raises:
+        ConfigError: check names collide, a build has no required check, or the
+            workspace is the filesystem's root.
     """
 
     goal: str
@@ -113,8 +121,14 @@ class Task:
     task_id: str | None = None
     template: Path | None = None
     prices: PriceTable = attrs.field(factory=PriceTable)
+    limits: Limits = attrs.field(factory=Limits)
 
     def __attrs_post_init__(self) -> None:
+        if self.workspace == Path(self.workspace.anchor):
+            raise ConfigError(
+                f"the workspace is {self.workspace}, the filesystem's root: freezing it would "
+                "copy the whole filesystem; give the project's own directory"
+            )
         names = [c.name for c in self.checks]
         if len(set(names)) != len(names):
             raise ConfigError(f"check names must be unique, got {names}")
@@ -182,6 +196,7 @@ class Task:
             "ignore": list(self.ignore),
             "command_time_limit": self.command_time_limit,
             "template": None if self.template is None else str(self.template),
+            "limits": self.limits.settings(),
             # The whole table, built-in prices included: a resumed run charges its
             # model calls as the first did, whatever this proctor's table says.
             "prices": {
@@ -243,6 +258,7 @@ class Task:
             policy=Policy.from_mapping(data.get("policy") or {}),
             command_time_limit=float(data.get("command_time_limit", 120.0)),
             task_id=task_id,
+            limits=Limits.from_mapping(data.get("limits") or {}),
             template=None if data.get("template") is None else Path(data["template"]),
             prices=PriceTable()
             if data.get("prices") is None
@@ -320,7 +336,7 @@ class TaskFile:
     actor: ActorSpec
 
 
-_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices")
+_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "limits")
 _TASK = ("goal", "workspace", "kind", "id", "command_time_limit", "ignore", "template")
 _CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit", "files", "pattern")
 _CONTRACT = ("protected", "scope", "required_files")
@@ -341,6 +357,7 @@ class _Where:
 
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
+        self.text = text
         self.lines = text.splitlines()
 
     def line_of(self, field: str) -> int | None:
@@ -396,7 +413,7 @@ def _named(message: str, table: str) -> str:
 
 
 def _message(message: str) -> str:
-    return re.sub(r"^(budget|policy|prices|actor)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message)
+    return re.sub(r"^(budget|policy|prices|actor|limits)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message)
 
 
 def _table(where: _Where, data: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -423,6 +440,54 @@ def _str_list(where: _Where, value: Any, field: str) -> list[str]:
 
 ACTOR_KINDS = ("scripted", "openai", "process")
 
+#: The limits a task file without a ``[budget]`` table gets (docs/taskfile.md):
+#: no run loops forever because its author forgot to bound it.
+DEFAULT_BUDGET_LIMITS: dict[str, float] = {"steps": 1000.0, "wall_seconds": 3600.0}
+
+# A task file's data: plain, and nested no deeper than any task needs.
+_FILE_LIMITS = Limits(depth=16)
+# The longest path string a task file may give (PATH_MAX on Linux).
+_PATH_CHARS = 4096
+
+
+def _plain(where: _Where, data: Mapping[str, Any]) -> None:
+    """Refuse what no field can hold: TOML dates and times, infinities, NaN, deep nesting."""
+    for key, value in data.items():
+        items = list(enumerate(value, start=1)) if key == "checks" and isinstance(value, list) else []
+        parts = [(f"checks[{n}]", item) for n, item in items] or [(key, value)]
+        for field, item in parts:
+            try:
+                check_plain(item, _FILE_LIMITS, field, max_chars=len(where.text) + 1)
+            except InputRefused as exc:
+                reason = exc.reason
+                if "not plain data" in reason:
+                    reason = reason.split(" is not plain data")[0] + (
+                        " is not accepted here (a TOML date or time?): write it as a string"
+                    )
+                raise where.error(exc.where or field, reason) from None
+
+
+def _path_text(where: _Where, value: Any, field: str) -> str:
+    """A path string a task file gives: text, no NUL, no longer than a path can be."""
+    if not isinstance(value, str) or not value:
+        raise where.error(field, f"must be a path string (non-empty), got {value!r:.80}")
+    if "\0" in value:
+        raise where.error(field, "holds a NUL character, which no path can")
+    if len(value) > _PATH_CHARS or any(len(part.encode()) > 255 for part in value.split("/")):
+        raise where.error(
+            field,
+            f"is not a path this system can hold (at most {_PATH_CHARS} characters, "
+            "255 bytes a name)",
+        )
+    return value
+
+
+def _is_dir(where: _Where, path: Path, field: str) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError) as exc:
+        raise where.error(field, f"{path} cannot be looked up: {exc}") from None
+
 
 def _actor_spec(where: _Where, table: Mapping[str, Any], base: Path) -> ActorSpec:
     """Check an ``[actor]`` table now, so a bad one fails before anything runs."""
@@ -432,8 +497,12 @@ def _actor_spec(where: _Where, table: Mapping[str, Any], base: Path) -> ActorSpe
         script = options.pop("script", None)
         if not isinstance(script, str):
             raise where.error("actor.script", 'a scripted actor needs script = "FILE.jsonl"')
-        script_path = (base / script).resolve()
-        if not script_path.is_file():
+        script_path = (base / _path_text(where, script, "actor.script")).resolve()
+        try:
+            found = script_path.is_file()
+        except (OSError, ValueError) as exc:
+            raise where.error("actor.script", f"{script_path} cannot be looked up: {exc}") from None
+        if not found:
             raise where.error("actor.script", f"{script_path} does not exist")
         return ActorSpec(kind, script_path, options)
     try:
@@ -472,26 +541,38 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: not a task file: arrays or tables nested thousands deep "
+            f"(at most {_FILE_LIMITS.depth} levels are accepted)"
+        ) from None
     _known(where, data, _TOP, "")
+    _plain(where, data)
     base = path.parent
     task = _table(where, data, "task")
     _known(where, task, _TASK, "task")
     goal = task.get("goal")
     if not isinstance(goal, str) or not goal.strip():
         raise where.error("task.goal", "required: a non-empty string saying what to achieve")
-    workspace = task.get("workspace", ".")
-    if not isinstance(workspace, str):
-        raise where.error("task.workspace", "must be a path string")
+    workspace = _path_text(where, task.get("workspace", "."), "task.workspace")
     workspace_path = (base / workspace).resolve()
+    home = base.resolve()
+    if workspace_path == Path(workspace_path.anchor) or (
+        workspace_path != home and home.is_relative_to(workspace_path)
+    ):
+        raise where.error(
+            "task.workspace",
+            f"{workspace!r} is {workspace_path}, which holds the task file's own directory "
+            "(or is the filesystem's root): freezing it would copy all of that; give the "
+            "project's directory, such as \"project\" or \".\"",
+        )
     template = task.get("template")
     template_path: Path | None = None
     if template is not None:
-        if not isinstance(template, str):
-            raise where.error("task.template", "must be a path string")
-        template_path = (base / template).resolve()
-        if not template_path.is_dir():
+        template_path = (base / _path_text(where, template, "task.template")).resolve()
+        if not _is_dir(where, template_path, "task.template"):
             raise where.error("task.template", f"{template_path} is not a directory")
-    elif not workspace_path.is_dir():
+    elif not _is_dir(where, workspace_path, "task.workspace"):
         raise where.error("task.workspace", f"{workspace_path} is not a directory")
     kind = task.get("kind", "build")
     if kind not in ("build", "answer"):
@@ -559,6 +640,8 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     required_files = _str_list(where, contract.get("required_files", []), "contract.required_files")
     scope = _str_list(where, contract.get("scope", []), "contract.scope")
 
+    if "budget" not in data:
+        data["budget"] = dict(DEFAULT_BUDGET_LIMITS)
     budget_table = _table(where, data, "budget")
     reserve = budget_table.get("reserve", {})
     if not isinstance(reserve, dict):
@@ -579,6 +662,11 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     except ConfigError as exc:
         raise where.error(_named(str(exc), "prices"), _message(str(exc))) from None
 
+    try:
+        limits = Limits.from_mapping(_table(where, data, "limits"))
+    except ConfigError as exc:
+        raise where.error(_named(str(exc), "limits"), _message(str(exc))) from None
+
     actor = _actor_spec(where, _table(where, data, "actor"), base)
     try:
         built = Task(
@@ -596,6 +684,7 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             task_id=task_id,
             template=template_path,
             prices=prices,
+            limits=limits,
         )
     except ConfigError as exc:
         raise where.error("checks", str(exc)) from None
@@ -639,7 +728,14 @@ def load_task(path: str | Path) -> TaskFile:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the task file: {exc.strerror}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: byte 0x{raw[exc.start]:02x} is not UTF-8: a task file is UTF-8 text"
+        ) from None
     return parse_task(text, path)

@@ -123,15 +123,23 @@ def load_script(path: str | Path, lines: Iterable[str] | None = None) -> list[Pr
             lines = Path(path).read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the actor script: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{path}: the actor script is not UTF-8 text (byte {exc.start}: {exc.reason})"
+            ) from None
     proposals: list[Proposal] = []
     for number, line in enumerate(lines, start=1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
+        # Plain JSON, as an agent would send it: what the runtime cannot carry
+        # (Infinity, lone surrogates) is refused by the controller, as any actor's.
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}:{number}: nested too deeply to be a proposal") from None
         if not isinstance(data, dict):
             raise ConfigError(
                 f"{path}:{number}: a proposal is a JSON object with "
@@ -139,7 +147,7 @@ def load_script(path: str | Path, lines: Iterable[str] | None = None) -> list[Pr
             )
         try:
             proposals.append(converter.structure(data, Proposal))  # type: ignore[arg-type]
-        except (cattrs.BaseValidationError, KeyError, ValueError, TypeError) as exc:
+        except (cattrs.BaseValidationError, KeyError, ValueError, TypeError, RecursionError) as exc:
             detail = (
                 "; ".join(cattrs.transform_error(exc))
                 if isinstance(exc, cattrs.BaseValidationError)

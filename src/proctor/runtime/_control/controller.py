@@ -33,7 +33,8 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor import _channels as channels
-from proctor._errors import BudgetError, EffectError, FencedError, WorkspaceError
+from proctor._boundary import check_plain
+from proctor._errors import BudgetError, EffectError, FencedError, InputRefused, WorkspaceError
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -88,7 +89,7 @@ from proctor.runtime._records import (
     TraceRecord,
 )
 from proctor.runtime._task import Task
-from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool
+from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool, check_call
 from proctor.runtime._tools.spec import ToolSpec
 from proctor.verifiers._candidate import TreeHasher, freeze
 from proctor.verifiers._evidence import Evidence
@@ -116,6 +117,61 @@ AFTER_END_LIMIT = 16
 AFTER_END_WAIT = 2.0
 #: How often a write found not applied is sent again (with the same key).
 MAX_EFFECT_RETRIES = 3
+
+
+def _plain(proposal: Proposal) -> dict[str, Any]:
+    """A proposal as the plain data its fields hold, for the boundary's check."""
+    if isinstance(proposal, ToolCall):
+        return {"tool": proposal.tool, "args": proposal.args, "poll": proposal.poll}
+    if isinstance(proposal, Round):
+        return {"calls": [_plain(call) for call in proposal.calls]}
+    if isinstance(proposal, Message):
+        return {
+            "text": proposal.text,
+            "sources": list(proposal.sources),
+            "blockers": list(proposal.blockers),
+        }
+    if isinstance(proposal, Completion):
+        return {"summary": proposal.summary}
+    return {
+        "condition": proposal.condition,
+        "evidence": list(proposal.evidence),
+        "reason": proposal.reason,
+    }
+
+
+def _typed(proposal: Proposal) -> str | None:
+    """What is wrong with the types of a proposal's fields (an actor in Python may send anything)."""
+    calls: Sequence[Any] = ()
+    if isinstance(proposal, ToolCall):
+        calls = (proposal,)
+    elif isinstance(proposal, Round):
+        if not isinstance(proposal.calls, tuple | list) or not proposal.calls:
+            return "a round must hold at least one tool call"
+        calls = proposal.calls
+        if not all(isinstance(call, ToolCall) for call in calls):
+            return "a round holds only tool calls"
+    for call in calls:
+        if not isinstance(call.tool, str) or not call.tool:
+            return f"a tool call names its tool by a non-empty string, not {call.tool!r}"
+        if not isinstance(call.args, dict):
+            return f"a tool call's arguments are a JSON object, not {type(call.args).__name__}"
+        if not isinstance(call.poll, bool):
+            return "a tool call's poll is true or false"
+    texts: dict[str, Any] = {}
+    if isinstance(proposal, Message):
+        texts = {"text": proposal.text, "sources": proposal.sources, "blockers": proposal.blockers}
+    elif isinstance(proposal, Completion):
+        texts = {"summary": proposal.summary}
+    elif isinstance(proposal, Claim):
+        texts = {"condition": proposal.condition, "evidence": proposal.evidence}
+        texts["reason"] = proposal.reason
+    for name, value in texts.items():
+        if isinstance(value, str):
+            continue
+        if not isinstance(value, tuple | list) or not all(isinstance(v, str) for v in value):
+            return f"{name} must be text (or a list of texts), not {type(value).__name__}"
+    return None
 
 
 def _call_amounts(call: ToolCall) -> dict[str, float]:
@@ -429,7 +485,54 @@ class Controller:
             await self._record("amend", Ruling(Decision.CONTINUE, False, reason))
             self._note = reason
 
+    def _refusal(self, proposal: Proposal) -> str | None:
+        """
+        Why a proposal cannot cross the controller's boundary, or None.
+
+        Whatever the actor (any kind: scripted, a function, a model, a process,
+        an MCP client) sent is checked before anything uses it: field types,
+        plain data (finite numbers, 64-bit integers, no lone surrogates, bounded
+        nesting and size), and the limits of its tool (command length, file size).
+        """
+        problem = _typed(proposal)
+        if problem is not None:
+            return f"refused: {problem}"
+        try:
+            check_plain(_plain(proposal), self.task.limits, "proposal")
+        except InputRefused as exc:
+            return f"refused: {exc}"
+        calls: Sequence[ToolCall] = ()
+        if isinstance(proposal, ToolCall):
+            calls = (proposal,)
+        elif isinstance(proposal, Round):
+            calls = proposal.calls
+        for call in calls:
+            problem = check_call(self.registry.spec(call.tool), call.args, self.task.limits)
+            if problem is not None:
+                return f"refused: {call.tool}: {problem}"
+        return None
+
+    async def _refuse(self, reason: str) -> None:
+        """
+        Refuse a proposal at the boundary: a step spent, journaled, and counted by
+        the decision core as a step without progress (refusals repeated end the
+        run ``no_progress``, budget or not).
+        """
+        charged = await self._reserve({"steps": 1.0}, charge=True)
+        if isinstance(charged, Exhaustion):
+            await self._exhausted(charged)
+            return
+        ruling = self.judge.refusal(reason)
+        record = await self._record(
+            "refused", ruling, event={"type": "refused", "reason": reason}
+        )
+        await self._report(record, ruling)
+
     async def _proposal(self, proposal: Proposal) -> None:
+        refusal = self._refusal(proposal)
+        if refusal is not None:
+            await self._refuse(refusal)
+            return
         # A step is charged as soon as it is granted (if the host dies during it,
         # the turn is still spent): one round trip to the accountant. A lone read
         # is charged with it; a call that does not fit is reserved on its own
@@ -465,14 +568,15 @@ class Controller:
         else:
             if self.judge.actions == 0 and self.task.kind == "build" and self.task.checks:
                 # Evidence "already obtained" with nothing tried: every permitted path was
-                # skipped. (A live guard: a recorded trajectory is judged by its claims.)
-                ruling = Ruling(
-                    Decision.REFUSE,
-                    False,
+                # skipped. Counted as a step without progress; exported as a refused
+                # event, so that a replay decides it the same.
+                reason = (
                     "claim refused: nothing was tried yet; read the relevant files and run "
-                    "the checks first, then claim with the evidence they gave",
+                    "the checks first, then claim with the evidence they gave"
                 )
-                await self._report(await self._record("claim", ruling), ruling)
+                ruling = self.judge.refusal(reason)
+                event = {"type": "refused", "reason": reason}
+                await self._report(await self._record("claim", ruling, event=event), ruling)
                 return
             ruling = self.judge.claim(proposal)
             event = {

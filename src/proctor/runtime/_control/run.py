@@ -266,6 +266,7 @@ async def _run(
         groups=groups,
         # Marks every child, so a successor can find what a dead host left running.
         env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
+        limits=task.limits,
     )
     hasher = TreeHasher(task.workspace, task.ignore)
     judge = Judge(

@@ -35,6 +35,7 @@ __all__ = (
     "normalize_output",
     "normalize_path",
     "response_fingerprint",
+    "split_command",
     "strip_volatile",
 )
 
@@ -110,9 +111,11 @@ def digest(data: str | bytes) -> str:
     Hash data to 32 hex characters (BLAKE2b, 16-byte digest).
 
     Args:
-        data: bytes, or a string (hashed as UTF-8).
+        data: bytes, or a string (hashed as UTF-8; a lone surrogate, such as
+            ``surrogateescape`` leaves for a file name that is not UTF-8, is
+            hashed as its three-byte form, so every string has a digest).
     """
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
@@ -405,14 +408,79 @@ _PYTHON_RE = re.compile(r"python(?:\d+(?:\.\d+)*)?(?:\.exe)?", re.IGNORECASE)
 _ASSIGNMENT_RE = re.compile(r"[A-Za-z_]\w*=")
 
 
+# Leading "./" components, each with the slashes after it.
+_DOT_SLASHES_RE = re.compile(r"(?:\./+)*")
+
+
 def _strip_dot_slash(token: str) -> str:
     # "--rootdir=./src" names the same path as "--rootdir=src".
     prefix, sep, rest = token.partition("=")
     if sep and prefix.startswith("-") and rest.startswith("./"):
         return prefix + sep + _strip_dot_slash(rest)
-    while token.startswith("./") and len(token) > 2:
-        token = token[2:].lstrip("/") or "."
-    return token
+    if not token.startswith("./") or len(token) <= 2:
+        return token
+    # One match, not a strip per component: "././././..." stays linear.
+    end = _DOT_SLASHES_RE.match(token).end()  # type: ignore[union-attr]
+    if end < len(token):
+        return token[end:]
+    # Only "./" components: a final bare "./" is kept, as "./" alone is.
+    return "./" if token.endswith("./") else "."
+
+
+# One piece of a POSIX command line, as shlex reads it in POSIX mode with
+# whitespace_split (shlex.split): whitespace, a run of plain characters, a
+# single-quoted string, a double-quoted string, or a backslash escape.
+_SHELL_PIECE_RE = re.compile(
+    r"""(?P<space>[ \t\r\n]+)"""
+    r"""|(?P<plain>[^ \t\r\n'"\\]+)"""
+    r"""|'(?P<single>[^']*)'"""
+    r'|"(?P<double>[^"\\]*(?:\\[\s\S][^"\\]*)*)"'
+    r"""|\\(?P<escaped>[\s\S])"""
+)
+# Inside double quotes only a quote or a backslash is escaped; the backslash
+# before anything else is kept (as shlex has it).
+_DOUBLE_ESCAPE_RE = re.compile(r'\\(["\\])')
+
+
+def split_command(cmd: str) -> list[str]:
+    """
+    Split a command line as :func:`shlex.split` does, in time linear in its length.
+
+    :mod:`shlex` builds each token one character at a time by string
+    concatenation, which is quadratic in the length of a token; this gives the
+    same tokens from a handful of regular-expression pieces.
+
+    Args:
+        cmd: a shell command line.
+
+    Raises:
+        ValueError: an unclosed quotation, or a backslash at the very end.
+    """
+    tokens: list[str] = []
+    parts: list[str] = []
+    in_token = False
+    pos, end = 0, len(cmd)
+    while pos < end:
+        match = _SHELL_PIECE_RE.match(cmd, pos)
+        if match is None:
+            if cmd[pos] == "\\":
+                raise ValueError("No escaped character")
+            raise ValueError("No closing quotation")
+        pos = match.end()
+        kind = match.lastgroup
+        if kind == "space":
+            if in_token:
+                tokens.append("".join(parts))
+                parts, in_token = [], False
+            continue
+        in_token = True
+        text = match.group(kind or 0)
+        if kind == "double" and "\\" in text:
+            text = _DOUBLE_ESCAPE_RE.sub(r"\1", text)
+        parts.append(text)
+    if in_token:
+        tokens.append("".join(parts))
+    return tokens
 
 
 def _is_python(token: str) -> bool:
@@ -436,7 +504,7 @@ def normalize_command(cmd: str | Sequence[str]) -> str:
     try:
         if isinstance(cmd, str):
             try:
-                tokens = shlex.split(cmd)
+                tokens = split_command(cmd)
             except ValueError:
                 tokens = cmd.split()
         else:
