@@ -255,8 +255,7 @@ def loads_strict(text: str | bytes, limits: Limits = DEFAULT_LIMITS, where: str 
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputRefused(
-                f"byte {exc.start} is not UTF-8 (0x{text[exc.start]:02x}): JSON text must be "
-                "UTF-8",
+                f"byte {exc.start} is not UTF-8 (0x{text[exc.start]:02x}): JSON text must be UTF-8",
                 where,
             ) from None
     try:

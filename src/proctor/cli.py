@@ -222,26 +222,29 @@ def resume_command(run_id: str, journal: str, script: Path | None, as_json: bool
     """Start a new run of RUN's task that inherits its history, spend and open effects."""
     from proctor.runtime._hosting.resume import resume
 
-    async def journaled_actor() -> ActorSpec:
-        async with open_journal(journal) as j:
-            run = await j.get_run(run_id)
-            notes = [n for n in await j.notes(run.run_id) if n["kind"] == "actor"]
-        if not notes:
-            raise ConfigError(f"run {run.run_id} has no journaled actor: pass --script FILE")
-        return ActorSpec.from_description(notes[-1]["body"])
-
-    spec = ActorSpec("scripted", script) if script is not None else _guard(journaled_actor)
-    try:
-        actor = spec.make()
-    except ConfigError as exc:
-        _fail(str(exc))
-        return
+    actor: Any = None
+    spec: ActorSpec | None = None
+    if script is not None:
+        # An actor given again starts its script from its first line.
+        spec = ActorSpec("scripted", script)
+        try:
+            actor = spec.make()
+        except ConfigError as exc:
+            _fail(str(exc))
+            return
     _find_python_first()
     console = Console(stderr=as_json, highlight=False)
     status, on_step = _live(console)
 
     async def go() -> Any:
-        return await resume(run_id, actor, journal, on_step=on_step, actor_spec=spec.describe())
+        # Without --script, the journaled actor, going on after its proposals.
+        return await resume(
+            run_id,
+            actor,
+            journal,
+            on_step=on_step,
+            actor_spec=spec.describe() if spec is not None else None,
+        )
 
     _report(go, console, status, as_json)
 

@@ -298,9 +298,13 @@ class ActorSpec:
         script = data.get("script")
         return cls(str(data["kind"]), None if script is None else Path(script), options)
 
-    def make(self) -> Any:
+    def make(self, already: int = 0) -> Any:
         """
         Make the actor.
+
+        Args:
+            already: how many proposals the actor made in the task's earlier runs:
+                a scripted actor goes on after them, not from its first line.
 
         Raises:
             ConfigError: the options do not make an actor.
@@ -310,7 +314,7 @@ class ActorSpec:
 
             if self.script is None:
                 raise ConfigError("a scripted actor needs a script")
-            return ScriptedActor.from_file(self.script)
+            return ScriptedActor.from_file(self.script, start=already)
         if self.kind == "openai":
             from proctor.runtime._actors.openai import OpenAIActor
             from proctor.runtime._tools.registry import ToolRegistry
@@ -453,7 +457,9 @@ _PATH_CHARS = 4096
 def _plain(where: _Where, data: Mapping[str, Any]) -> None:
     """Refuse what no field can hold: TOML dates and times, infinities, NaN, deep nesting."""
     for key, value in data.items():
-        items = list(enumerate(value, start=1)) if key == "checks" and isinstance(value, list) else []
+        items = (
+            list(enumerate(value, start=1)) if key == "checks" and isinstance(value, list) else []
+        )
         parts = [(f"checks[{n}]", item) for n, item in items] or [(key, value)]
         for field, item in parts:
             try:
@@ -564,7 +570,7 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             "task.workspace",
             f"{workspace!r} is {workspace_path}, which holds the task file's own directory "
             "(or is the filesystem's root): freezing it would copy all of that; give the "
-            "project's directory, such as \"project\" or \".\"",
+            'project\'s directory, such as "project" or "."',
         )
     template = task.get("template")
     template_path: Path | None = None
@@ -663,7 +669,7 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         raise where.error(_named(str(exc), "prices"), _message(str(exc))) from None
 
     try:
-        limits = Limits.from_mapping(_table(where, data, "limits"))
+        size_limits = Limits.from_mapping(_table(where, data, "limits"))
     except ConfigError as exc:
         raise where.error(_named(str(exc), "limits"), _message(str(exc))) from None
 
@@ -684,7 +690,7 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             task_id=task_id,
             template=template_path,
             prices=prices,
-            limits=limits,
+            limits=size_limits,
         )
     except ConfigError as exc:
         raise where.error("checks", str(exc)) from None

@@ -79,16 +79,24 @@ class ScriptedActor:
 
     Args:
         proposals: the script (any sequence; kept as a list).
+        start: how many of its proposals were already made (by the earlier runs
+            of a resumed task): it goes on with the next one.
     """
 
     proposals: list[Proposal] = attrs.field(converter=_as_list)
     observations: list[Observation] = attrs.field(factory=list, init=False)
-    _next: int = attrs.field(default=0, init=False)
+    _next: int = attrs.field(default=0, alias="start")
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ScriptedActor:
-        """Load a script: JSON Lines, one proposal per line (see ``docs/taskfile.md``)."""
-        return cls(load_script(path))
+    def from_file(cls, path: str | Path, start: int = 0) -> ScriptedActor:
+        """
+        Load a script: JSON Lines, one proposal per line (see ``docs/taskfile.md``).
+
+        Args:
+            path: the script.
+            start: how many of its proposals were already made; it goes on after them.
+        """
+        return cls(load_script(path), start=start)
 
     async def propose(self, observation: Observation) -> Proposal | None:
         """Return the next scripted proposal."""

@@ -141,7 +141,7 @@ def _plain(proposal: Proposal) -> dict[str, Any]:
 
 
 def _typed(proposal: Proposal) -> str | None:
-    """What is wrong with the types of a proposal's fields (an actor in Python may send anything)."""
+    """What is wrong with the types of a proposal's fields (a Python actor may send anything)."""
     calls: Sequence[Any] = ()
     if isinstance(proposal, ToolCall):
         calls = (proposal,)
@@ -523,9 +523,7 @@ class Controller:
             await self._exhausted(charged)
             return
         ruling = self.judge.refusal(reason)
-        record = await self._record(
-            "refused", ruling, event={"type": "refused", "reason": reason}
-        )
+        record = await self._record("refused", ruling, event={"type": "refused", "reason": reason})
         await self._report(record, ruling)
 
     async def _proposal(self, proposal: Proposal) -> None:
@@ -575,8 +573,8 @@ class Controller:
                     "the checks first, then claim with the evidence they gave"
                 )
                 ruling = self.judge.refusal(reason)
-                event = {"type": "refused", "reason": reason}
-                await self._report(await self._record("claim", ruling, event=event), ruling)
+                refused: dict[str, Any] = {"type": "refused", "reason": reason}
+                await self._report(await self._record("claim", ruling, event=refused), ruling)
                 return
             ruling = self.judge.claim(proposal)
             event = {

@@ -17,7 +17,7 @@ import anyio
 import structlog
 from anyio.abc import ObjectSendStream
 
-from proctor._errors import FencedError, ProctorError
+from proctor._errors import FencedError, ProctorError, RunHeld
 from proctor.budgets._accountant import (
     AccountantRequest,
     run_accountant,
@@ -45,9 +45,102 @@ from proctor.runtime._tools.workspace import Workspace
 from proctor.verifiers._candidate import TreeHasher
 from proctor.verifiers._verifier import VerifyRequest, run_verifier
 
-__all__ = ("run", "start_run")
+__all__ = ("holder_alive", "holder_token", "run", "start_run")
 
 log = structlog.get_logger()
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        stat = b""
+    if stat:
+        # The command name (field 2) may hold spaces and parentheses: split after it.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 19:
+            return fields[19].decode()
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return "?"
+
+
+def holder_token(run_id: str) -> str:
+    """
+    This process's name as the holder of a task, running ``run_id``:
+    ``HOST:PID:START:RUN``. The start time tells this process from a later one
+    that was given the same pid.
+    """
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or '?'}:{run_id}"
+
+
+def _holder_name(token: str) -> str:
+    try:
+        host, pid, _, run_id = token.rsplit(":", 3)
+    except ValueError:
+        return token or "an unknown host"
+    return f"host {host} pid {pid} (run {run_id[:12]})"
+
+
+def holder_alive(token: str) -> bool:
+    """
+    Whether the holder named by ``token`` is alive: its process still runs with
+    the start time it had. A holder on another host cannot be looked at from
+    here, and counts as alive.
+    """
+    try:
+        host, pid_text, start, _ = token.rsplit(":", 3)
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return True
+    if pid == os.getpid():
+        return True
+    started = _start_time(pid)
+    return started is not None and (started == start or "?" in (started, start))
+
+
+async def _hold(journal: JournalLike, task_id: str, run_id: str, *, takeover: bool) -> str:
+    """
+    Take the task for this process for the run's life: one live host at a time.
+
+    A holder that is dead (its process is gone) is replaced; so is the holder of
+    the very run a worker takes over (the journal's lease says it lost the run).
+
+    Raises:
+        RunHeld: another live host holds the task.
+    """
+    token = holder_token(run_id)
+    for _ in range(3):
+        held = await journal.hold_task(task_id, run_id, token)
+        if held is None:
+            return token
+        if not held.holder:
+            continue  # released in between: try again
+        replaceable = not holder_alive(held.holder) or (takeover and held.run_id == run_id)
+        if not replaceable:
+            break
+        held = await journal.hold_task(task_id, run_id, token, replacing=held.holder)
+        if held is None:
+            log.info("run.holder_replaced", task_id=task_id)
+            return token
+    assert held is not None
+    raise RunHeld(
+        f"task {task_id} is held by {_holder_name(held.holder)}, which is alive: one host "
+        "runs a task at a time; wait for it to end, or stop it first",
+        holder=_holder_name(held.holder),
+        run_id=held.run_id,
+    )
 
 
 async def _close_interrupted(journal: JournalLike, task_id: str, successor: str) -> None:
@@ -227,144 +320,152 @@ async def _run(
 ) -> RunResult:
     takeover = claimed is not None and claimed.previous_epoch > 0
     inherits = parent_run_id is not None or takeover
-    if not inherits:
-        await anyio.to_thread.run_sync(prepare_workspace, task)
     await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
-    if claimed is not None:
-        epoch = claimed.epoch
-    else:
-        epoch = await journal.create_run(
-            run_id,
-            task_id,
-            policy=task.policy.settings(),
-            policy_version=task.policy.version,
-            host=socket.gethostname(),
-            parent_run_id=parent_run_id,
-        )
-    spent = await journal.spend_totals(task_id)
-    ledger = Ledger(task.budget, dict(spent))
-
-    async def record_spend(amounts: Mapping[str, float], kind: str, note: str = "") -> None:
-        if kind == "retune":
-            # A retuned limit is a journaled event with who and why, not spend.
-            await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
-        else:
-            # Written with the step that follows (or the effect's dispatch): one
-            # transaction a step, not one per reservation and settlement.
-            await journal.add_spend(task_id, run_id, amounts, kind, note, defer=True)
-
-    async def group_started(pgid: int, command: str) -> None:
-        await journal.record_process(run_id, pgid, command)
-
-    async def group_ended(pgid: int, how: str) -> None:
-        await journal.end_process(run_id, pgid, how)
-
-    groups = ProcessGroups(on_start=group_started, on_end=group_ended)
-    context = ToolContext(
-        workspace=Workspace.at(task.workspace),
-        command_time_limit=task.command_time_limit,
-        groups=groups,
-        # Marks every child, so a successor can find what a dead host left running.
-        env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
-        limits=task.limits,
-    )
-    hasher = TreeHasher(task.workspace, task.ignore)
-    judge = Judge(
-        task=task.facts(registry.specs()),
-        policy=task.policy,
-        digest=await anyio.to_thread.run_sync(hasher.digest),
-        contract_version=task.contract_version,
-    )
-    greeting = ""
-    effects = EffectLedger()
-    step_base = 0
-    if inherits and not takeover:
-        await _close_interrupted(journal, task_id, run_id)
-    if not inherits:
-        baseline = hasher.files()
-        await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
-    else:
-        history = await load_history(journal, task_id, None if takeover else run_id, judge)
-        baseline, greeting = history.baseline, history.summary
-        effects = await load_effects(journal, task_id)
-        step_base = history.steps
-    if actor_spec is not None:
-        await journal.add_note(run_id, "actor", dict(actor_spec))
-
-    inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
-    obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
-    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
-    acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
-    actor_scope = anyio.CancelScope()
-    controller = Controller(
-        task=task,
-        run_id=run_id,
-        task_id=task_id,
-        epoch=epoch,
-        journal=journal,
-        judge=judge,
-        registry=registry,
-        context=context,
-        hasher=hasher,
-        inbox=inbox_rx,
-        to_actor=obs_tx,
-        to_verifier=ver_tx,
-        to_accountant=acc_tx,
-        actor_scope=actor_scope,
-        on_step=on_step,
-        estimate=getattr(actor, "estimate", None),
-        baseline=baseline,
-        effects=effects,
-        step_base=step_base,
-    )
-    controller.remaining = ledger.remaining()
-    if takeover:
-        # The same run goes on under a new epoch: its step numbers go on too.
-        controller.step = len(await journal.steps(run_id))
-
-    if controller.estimate is not None:
-        # A model with no known or declared price fails here, before anything runs.
-        controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
-
-    async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
-        with actor_scope:
-            await run_actor(actor, obs_rx, proposals)
-
+    # Before anything changes: the workspace, the journal's runs, anyone's processes.
+    holder = await _hold(journal, task_id, run_id, takeover=claimed is not None)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(actor_task, inbox_tx.clone())
-            tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
-            tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
-            inbox_tx.close()
-            try:
-                async with inbox_rx, obs_tx, ver_tx, acc_tx:
-                    await controller.run(greeting)
-            finally:
-                # Ending a run ends its children: nothing is orphaned.
-                with anyio.move_on_after(10, shield=True):
-                    await groups.terminate_all()
-                actor_scope.cancel()
-    except BaseExceptionGroup as group:
-        # One proctor error (a lost lease's fence, a broken journal) is the run's
-        # error: the caller sees it as such, not wrapped in a group.
-        leaves = _leaves(group)
-        if len(leaves) == 1 and isinstance(leaves[0], ProctorError):
-            raise leaves[0] from group
-        raise
+        if not inherits:
+            await anyio.to_thread.run_sync(prepare_workspace, task)
+        if claimed is not None:
+            epoch = claimed.epoch
+        else:
+            epoch = await journal.create_run(
+                run_id,
+                task_id,
+                policy=task.policy.settings(),
+                policy_version=task.policy.version,
+                host=socket.gethostname(),
+                parent_run_id=parent_run_id,
+            )
+        spent = await journal.spend_totals(task_id)
+        ledger = Ledger(task.budget, dict(spent))
 
-    handoff = controller.handoff
-    assert judge.disposition is not None
-    assert handoff is not None
-    current = controller.final_digest
-    log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
-    return RunResult(
-        run_id=run_id,
-        task_id=task_id,
-        disposition=judge.disposition,
-        stop_reason=judge.stop_reason,
-        candidate=Candidate(current),
-        evidence=tuple(controller.evidence),
-        handoff=handoff,
-        steps=controller.step,
-        journal=str(journal.path),
-    )
+        async def record_spend(amounts: Mapping[str, float], kind: str, note: str = "") -> None:
+            if kind == "retune":
+                # A retuned limit is a journaled event with who and why, not spend.
+                await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
+            else:
+                # Written with the step that follows (or the effect's dispatch): one
+                # transaction a step, not one per reservation and settlement.
+                await journal.add_spend(task_id, run_id, amounts, kind, note, defer=True)
+
+        async def group_started(pgid: int, command: str) -> None:
+            await journal.record_process(run_id, pgid, command)
+
+        async def group_ended(pgid: int, how: str) -> None:
+            await journal.end_process(run_id, pgid, how)
+
+        groups = ProcessGroups(on_start=group_started, on_end=group_ended)
+        context = ToolContext(
+            workspace=Workspace.at(task.workspace),
+            command_time_limit=task.command_time_limit,
+            groups=groups,
+            # Marks every child, so a successor can find what a dead host left running.
+            env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
+            limits=task.limits,
+        )
+        hasher = TreeHasher(task.workspace, task.ignore)
+        judge = Judge(
+            task=task.facts(registry.specs()),
+            policy=task.policy,
+            digest=await anyio.to_thread.run_sync(hasher.digest),
+            contract_version=task.contract_version,
+        )
+        greeting = ""
+        effects = EffectLedger()
+        step_base = 0
+        if inherits and not takeover:
+            await _close_interrupted(journal, task_id, run_id)
+        if not inherits:
+            baseline = hasher.files()
+            await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
+        else:
+            history = await load_history(journal, task_id, None if takeover else run_id, judge)
+            baseline, greeting = history.baseline, history.summary
+            effects = await load_effects(journal, task_id)
+            step_base = history.steps
+        if actor_spec is not None:
+            await journal.add_note(run_id, "actor", dict(actor_spec))
+
+        inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
+        obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
+        ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
+        acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
+        actor_scope = anyio.CancelScope()
+        controller = Controller(
+            task=task,
+            run_id=run_id,
+            task_id=task_id,
+            epoch=epoch,
+            journal=journal,
+            judge=judge,
+            registry=registry,
+            context=context,
+            hasher=hasher,
+            inbox=inbox_rx,
+            to_actor=obs_tx,
+            to_verifier=ver_tx,
+            to_accountant=acc_tx,
+            actor_scope=actor_scope,
+            on_step=on_step,
+            estimate=getattr(actor, "estimate", None),
+            baseline=baseline,
+            effects=effects,
+            step_base=step_base,
+        )
+        controller.remaining = ledger.remaining()
+        if takeover:
+            # The same run goes on under a new epoch: its step numbers go on too.
+            controller.step = len(await journal.steps(run_id))
+
+        if controller.estimate is not None:
+            # A model with no known or declared price fails here, before anything runs.
+            controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(
+                task.prices
+            )
+
+        async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
+            with actor_scope:
+                await run_actor(actor, obs_rx, proposals)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(actor_task, inbox_tx.clone())
+                tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
+                tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
+                inbox_tx.close()
+                try:
+                    async with inbox_rx, obs_tx, ver_tx, acc_tx:
+                        await controller.run(greeting)
+                finally:
+                    # Ending a run ends its children: nothing is orphaned.
+                    with anyio.move_on_after(10, shield=True):
+                        await groups.terminate_all()
+                    actor_scope.cancel()
+        except BaseExceptionGroup as group:
+            # One proctor error (a lost lease's fence, a broken journal) is the run's
+            # error: the caller sees it as such, not wrapped in a group.
+            leaves = _leaves(group)
+            if len(leaves) == 1 and isinstance(leaves[0], ProctorError):
+                raise leaves[0] from group
+            raise
+
+        handoff = controller.handoff
+        assert judge.disposition is not None
+        assert handoff is not None
+        current = controller.final_digest
+        log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
+        return RunResult(
+            run_id=run_id,
+            task_id=task_id,
+            disposition=judge.disposition,
+            stop_reason=judge.stop_reason,
+            candidate=Candidate(current),
+            evidence=tuple(controller.evidence),
+            handoff=handoff,
+            steps=controller.step,
+            journal=str(journal.path),
+        )
+    finally:
+        with anyio.move_on_after(5, shield=True), contextlib.suppress(ProctorError):
+            await journal.release_task(task_id, holder)

@@ -21,8 +21,9 @@ import anyio
 import attrs
 import structlog
 
-from proctor._errors import ConfigError, FencedError
+from proctor._errors import ConfigError, FencedError, RunHeld
 from proctor.runtime._control.controller import StepCallback
+from proctor.runtime._control.history import proposals_made
 from proctor.runtime._control.run import start_run
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
 from proctor.runtime._outcome import RunResult
@@ -86,7 +87,12 @@ async def _one(
     notes = [n for n in await journal.notes(claimed.run_id) if n["kind"] == "actor"]
     if not notes:
         raise ConfigError(f"queued run {claimed.run_id} has no journaled actor")
-    actor = ActorSpec.from_description(notes[-1]["body"]).make()
+    body = notes[-1]["body"]
+    # A run taken over goes on: its scripted actor after the proposals it made.
+    made = 0
+    if claimed.previous_epoch > 0:
+        made = await proposals_made(journal, claimed.task_id, body, run_id=claimed.run_id)
+    actor = ActorSpec.from_description(body).make(already=made)
     lost = False
     result: RunResult | None = None
     async with anyio.create_task_group() as tg:
@@ -107,6 +113,11 @@ async def _one(
         except FencedError as exc:
             # Another worker took the run over: this one's writes are refused.
             log.warning("worker.fenced", run_id=claimed.run_id, error=str(exc))
+            lost = True
+        except RunHeld as exc:
+            # Another live host runs the task: the run is claimed again once this
+            # worker's lease on it runs out.
+            log.warning("worker.task_held", run_id=claimed.run_id, holder=exc.holder)
             lost = True
         tg.cancel_scope.cancel()
     if lost:

@@ -167,6 +167,18 @@ SQLITE_MIGRATIONS: tuple[SqliteMigration, ...] = (
         CREATE INDEX IF NOT EXISTS notes_by_kind ON notes (run_id, kind, id);
         """,
     ),
+    # Holders: the one live host that runs a task's runs, for the run's life
+    # (resume, run and worker all take it; a second host is refused by name).
+    SqliteMigration(
+        script="""
+        CREATE TABLE IF NOT EXISTS holders (
+            task_id TEXT PRIMARY KEY REFERENCES tasks (task_id),
+            run_id  TEXT NOT NULL,
+            holder  TEXT NOT NULL,
+            since   REAL NOT NULL
+        );
+        """,
+    ),
 )
 
 #: The schema version this proctor writes and understands.
@@ -323,6 +335,15 @@ PG_MIGRATIONS: tuple[str, ...] = (
         at     double precision NOT NULL
     );
     CREATE INDEX IF NOT EXISTS notes_by_kind ON notes (run_id, kind, id);
+    """,
+    # Holders: the one live host that runs a task's runs, for the run's life.
+    """
+    CREATE TABLE IF NOT EXISTS holders (
+        task_id text COLLATE "C" PRIMARY KEY REFERENCES tasks (task_id),
+        run_id  text COLLATE "C" NOT NULL,
+        holder  text NOT NULL,
+        since   double precision NOT NULL
+    );
     """,
 )
 

@@ -949,7 +949,9 @@ class Judge:
         if ruling.decision is Decision.STOP:
             return ruling
         if ruling.decision is Decision.NUDGE:
-            return attrs.evolve(ruling, decision=Decision.REFUSE, reason=f"{reason}\n{ruling.reason}")
+            return attrs.evolve(
+                ruling, decision=Decision.REFUSE, reason=f"{reason}\n{ruling.reason}"
+            )
         return attrs.evolve(ruling, decision=Decision.REFUSE)
 
     def claim(self, claim: Claim) -> Ruling:
