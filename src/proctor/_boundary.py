@@ -77,7 +77,7 @@ class Limits:
     argument_chars: int = attrs.field(default=4 * 1024 * 1024, validator=_positive)
     command_chars: int = attrs.field(default=64 * 1024, validator=_positive)
     file_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_positive)
-    output_chars: int = attrs.field(default=1_000_000, validator=_positive)
+    output_chars: int = attrs.field(default=100_000, validator=_positive)
     snapshot_bytes: int = attrs.field(default=1024**3, validator=_positive)
 
     def settings(self) -> dict[str, int]:

@@ -17,6 +17,7 @@ Every error proctor raises derives from :class:`ProctorError`::
     ├── InputRefused (ValueError)        data refused at a boundary (not finite, a lone
     │                                    surrogate, too deep, too large)
     ├── RunHeld                          the task's runs are held by another live host
+    ├── CandidateTooLarge                a candidate over the snapshot size limit
     ├── SnapshotRefused (ValueError)     a decision-core snapshot that cannot be restored
     └── RunNotFoundError (LookupError)   no run with that id in the journal
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 __all__ = (
     "ActorError",
     "BudgetError",
+    "CandidateTooLarge",
     "ConfigError",
     "EffectError",
     "FencedError",
@@ -146,6 +148,13 @@ class RunHeld(ProctorError):
         self.holder = holder
         self.run_id = run_id
         super().__init__(message)
+
+
+class CandidateTooLarge(ProctorError):
+    """
+    A candidate larger than the snapshot limit (files counted by apparent size,
+    a sparse file by the size it claims): it is not frozen, and not verified.
+    """
 
 
 class SnapshotRefused(ProctorError, ValueError):

@@ -34,7 +34,14 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor import _channels as channels
 from proctor._boundary import check_plain
-from proctor._errors import BudgetError, EffectError, FencedError, InputRefused, WorkspaceError
+from proctor._errors import (
+    BudgetError,
+    CandidateTooLarge,
+    EffectError,
+    FencedError,
+    InputRefused,
+    WorkspaceError,
+)
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -71,7 +78,7 @@ from proctor.runtime._journal import JournalLike
 from proctor.runtime._operator import apply_amendment
 from proctor.runtime._outcome import Handoff
 from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
-from proctor.runtime._progress.normalize import fingerprint
+from proctor.runtime._progress.normalize import fingerprint, prepare
 from proctor.runtime._records import (
     Claim,
     Completion,
@@ -668,6 +675,10 @@ class Controller:
             outcome = await call_tool(self.registry, self.context, call.tool, call.args)
         if isinstance(outcome, Refused):
             return outcome
+        if len(outcome.output) >= 8_192:
+            # Normalizing a large output is CPU work: off the event loop, so that
+            # the accountant's deadline is announced while it runs.
+            await anyio.to_thread.run_sync(prepare, outcome.output, outcome.exit_code)
         after = before
         if spec.effectful:
             for name in spec.paths:
@@ -858,7 +869,24 @@ class Controller:
                 )
             return
         snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
-        await anyio.to_thread.run_sync(freeze, self.task.workspace, snapshot, self.task.ignore)
+        try:
+            await anyio.to_thread.run_sync(
+                freeze,
+                self.task.workspace,
+                snapshot,
+                self.task.ignore,
+                self.task.limits.snapshot_bytes,
+            )
+        except CandidateTooLarge as exc:
+            snapshot.parent.rmdir()
+            # Not verified: a step without progress, as any refusal.
+            reason = f"verification refused: {exc} (limits.snapshot_bytes)"
+            ruling = self.judge.refusal(reason)
+            event: dict[str, Any] = {"type": "refused", "reason": reason}
+            record = await self._record("refused", ruling, event=event)
+            if report:
+                await self._report(record, ruling)
+            return
         ref = self._next_ref()
         await self.to_verifier.send(
             VerifyRequest(

@@ -15,6 +15,7 @@ line and column numbers, counts, exit codes, versions, memory sizes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -34,6 +35,7 @@ __all__ = (
     "normalize_command",
     "normalize_output",
     "normalize_path",
+    "prepare",
     "response_fingerprint",
     "split_command",
     "strip_volatile",
@@ -306,6 +308,11 @@ def normalize_output(text: str) -> str:
     return collapse_whitespace(strip_volatile(text))
 
 
+# Outputs at least this long are fingerprinted through a small cache, which
+# :func:`prepare` fills off the event loop before the decision core asks.
+_LARGE = 8_192
+
+
 def fingerprint(text: str) -> str:
     """
     Fingerprint a tool's output, ignoring volatile parts and whitespace layout.
@@ -313,7 +320,29 @@ def fingerprint(text: str) -> str:
     Args:
         text: a tool's output.
     """
+    if len(text) >= _LARGE:
+        return _large_fingerprint(text)
     return digest(normalize_output(text))
+
+
+@functools.lru_cache(maxsize=8)
+def _large_fingerprint(text: str) -> str:
+    return digest(normalize_output(text))
+
+
+def prepare(output: str, exit_code: int | None) -> None:
+    """
+    Compute a large output's fingerprint and failure signature ahead, into a
+    small cache (in a worker thread: normalizing a large output is CPU work that
+    should not hold the event loop, and the wall-clock budget with it).
+
+    Args:
+        output: a tool's output.
+        exit_code: its exit code.
+    """
+    if len(output) >= _LARGE:
+        _large_fingerprint(output)
+        _large_signature(output, exit_code)
 
 
 # ---------------------------------------------------------------------------
@@ -384,6 +413,18 @@ def failure_signature(output: str, exit_code: int | None) -> str:
         output: the command's output (stdout and stderr as the tool reports them).
         exit_code: its exit code; None when it did not exit (killed, timed out).
     """
+    if len(output) >= _LARGE:
+        return _large_signature(output, exit_code)
+    return _failure_signature(output, exit_code)
+
+
+@functools.lru_cache(maxsize=8)
+def _large_signature(output: str, exit_code: int | None) -> str:
+    return _failure_signature(output, exit_code)
+
+
+def _failure_signature(output: str, exit_code: int | None) -> str:
+    """Compute a failure signature (see :func:`failure_signature`)."""
     errors = _error_lines(output)
     last = ""
     for line in reversed(output.splitlines()):
