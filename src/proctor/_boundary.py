@@ -38,6 +38,7 @@ __all__ = (
     "Limits",
     "check_plain",
     "clip_text",
+    "dumps_utf8",
     "loads_strict",
 )
 
@@ -291,3 +292,22 @@ def clip_text(text: str, limit: int) -> str:
     half = max(1, limit // 2)
     omitted = len(text) - 2 * half
     return f"{text[:half]}\n[... {omitted:,} characters omitted ...]\n{text[-half:]}"
+
+
+def dumps_utf8(value: Any) -> bytes:
+    """
+    JSON as UTF-8 bytes for another program (an agent process, a model server).
+
+    Non-ASCII text is written as is, unless the value holds a surrogate (a file
+    name that is not UTF-8, carried by ``surrogateescape``): then every
+    non-ASCII character is escaped (``\\udcff``), which is valid JSON that reads
+    back to the same string.
+
+    Args:
+        value: plain data.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode("ascii")

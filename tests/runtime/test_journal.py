@@ -1311,3 +1311,60 @@ async def test_a_postgresql_url_without_asyncpg_says_what_to_install(
     with pytest.raises(ConfigError, match=r"pip install 'proctor\[postgresql\]'"):
         async with open_journal("postgresql://u@127.0.0.1:1/db"):
             pass
+
+
+# -- holders: one live host per task ------------------------------------------------------
+
+
+async def test_a_task_is_held_by_one_holder_at_a_time(journal: JournalLike) -> None:
+    assert await journal.task_holder(TASK) is None
+    assert await journal.hold_task(TASK, "run-a", "h1:1:10:run-a") is None
+    held = await journal.task_holder(TASK)
+    assert held is not None
+    assert (held.task_id, held.run_id, held.holder) == (TASK, "run-a", "h1:1:10:run-a")
+    # A second holder is told who holds it, and holds nothing.
+    refused = await journal.hold_task(TASK, "run-b", "h2:2:20:run-b")
+    assert refused is not None
+    assert (refused.run_id, refused.holder) == ("run-a", "h1:1:10:run-a")
+    # Replacing a holder other than the one that holds it takes nothing either.
+    wrong = await journal.hold_task(TASK, "run-b", "h2:2:20:run-b", replacing="h9:9:9:x")
+    assert wrong is not None
+    assert wrong.holder == "h1:1:10:run-a"
+    # A release by someone else lets nothing go.
+    await journal.release_task(TASK, "h2:2:20:run-b")
+    assert (await journal.task_holder(TASK)) == held
+
+
+async def test_a_dead_holder_is_replaced_by_name_and_a_release_frees_the_task(
+    journal: JournalLike,
+) -> None:
+    assert await journal.hold_task(TASK, "run-a", "h1:1:10:run-a") is None
+    assert (
+        await journal.hold_task(TASK, "run-b", "h2:2:20:run-b", replacing="h1:1:10:run-a") is None
+    )
+    held = await journal.task_holder(TASK)
+    assert held is not None
+    assert (held.run_id, held.holder) == ("run-b", "h2:2:20:run-b")
+    await journal.release_task(TASK, "h2:2:20:run-b")
+    assert await journal.task_holder(TASK) is None
+    assert await journal.hold_task(TASK, "run-c", "h3:3:30:run-c") is None
+
+
+async def test_a_task_not_in_the_journal_cannot_be_held(journal: JournalLike) -> None:
+    with pytest.raises(JournalError, match="not in the journal"):
+        await journal.hold_task("no-such-task", "run-a", "h1:1:10:run-a")
+
+
+async def test_two_journals_racing_for_one_task_give_it_to_one(target: str) -> None:
+    async with open_journal(target) as setup:
+        await setup.put_task(TASK, "g", {"kind": "build"}, "c1")
+    outcomes: list[object] = []
+
+    async def take(n: int) -> None:
+        async with open_journal(target) as j:
+            outcomes.append(await j.hold_task(TASK, f"run-{n}", f"h{n}:{n}:{n}:run-{n}"))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(4):
+            tg.start_soon(take, n)
+    assert sum(o is None for o in outcomes) == 1

@@ -1026,7 +1026,16 @@ class Controller:
                     message = await self._receive()
                 if scope.cancelled_caught or isinstance(message, ActorFinished | ActorCrashed):
                     break
-                if isinstance(message, ToolCall | Round):
+                bad = (
+                    self._refusal(message)
+                    if isinstance(message, ToolCall | Round | Message | Completion | Claim)
+                    else None
+                )
+                if bad is not None:
+                    ruling = Ruling(Decision.REFUSE, False, f"the run has ended; {bad}")
+                    await self._record("refused", ruling, event=None)
+                    await self._observe(ObservationKind.REFUSAL, ruling.reason)
+                elif isinstance(message, ToolCall | Round):
                     calls = (message,) if isinstance(message, ToolCall) else message.calls
                     for call in calls:
                         refused = await self._dispatch(call)

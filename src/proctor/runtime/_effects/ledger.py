@@ -258,6 +258,18 @@ def _arg(spec: ToolSpec, args: Mapping[str, Any], name: str) -> Any:
         ) from None
 
 
+def _printable(text: str) -> str:
+    """
+    A target's text as valid Unicode: the bytes of a name that is not UTF-8
+    (``surrogateescape``) are written ``\\xff``, so the text can be journaled and
+    two such names stay two targets.
+    """
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def target_of(
     spec: ToolSpec, args: Mapping[str, Any], workspace: Workspace | None = None
 ) -> Target:
@@ -296,7 +308,7 @@ def target_of(
                 paths.append(workspace.relative(workspace.resolve(raw)))
             else:
                 paths.append(normalize_path(raw))
-        return Target("file", " ".join(paths))
+        return Target("file", _printable(" ".join(paths)))
     if "url" in names:
         method = str(args.get("method", "GET")).upper()
         return Target("http", f"{method} {_url_identity(str(_arg(spec, args, 'url')))}")
@@ -645,7 +657,7 @@ def file_digest(path: Path) -> str | None:
 def _file_digests(path: Path, tool: str, args: Mapping[str, Any]) -> tuple[str | None, str | None]:
     before = file_digest(path)
     if tool == "write_file":
-        return before, digest(str(args.get("content", "")).encode("utf-8"))
+        return before, digest(str(args.get("content", "")).encode("utf-8", "surrogateescape"))
     if tool == "delete_file":
         return before, ABSENT
     if tool == "edit_file" and before not in (None, ABSENT):
@@ -655,7 +667,7 @@ def _file_digests(path: Path, tool: str, args: Mapping[str, Any]) -> tuple[str |
             return before, None
         old, new = str(args.get("old", "")), str(args.get("new", ""))
         if old and old in text:
-            return before, digest(text.replace(old, new, 1).encode("utf-8"))
+            return before, digest(text.replace(old, new, 1).encode("utf-8", "surrogateescape"))
     return before, None
 
 
@@ -714,7 +726,9 @@ class FileReconciler:
         now = await anyio.to_thread.run_sync(file_digest, path)
         intended = effect.intended_digest
         if intended is None and effect.tool == "write_file":
-            intended = digest(str(effect.args.get("content", "")).encode("utf-8"))
+            intended = digest(
+                str(effect.args.get("content", "")).encode("utf-8", "surrogateescape")
+            )
         elif intended is None and effect.tool == "delete_file":
             intended = ABSENT
         if now is None:

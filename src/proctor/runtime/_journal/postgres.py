@@ -74,6 +74,7 @@ from proctor.runtime._journal.rows import (
     DISPOSITIONS,
     SpendRecord,
     check_lease,
+    clean,
     check_worker,
     dump,
     dump_opt,
@@ -1236,7 +1237,7 @@ class PgJournal:
     async def record_process(self, run_id: str, pgid: int, command: str) -> None:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as conn:
-            await conn.execute(_Sql.record_process, run_id, pgid, command, time.time())
+            await conn.execute(_Sql.record_process, run_id, pgid, clean(command), time.time())
 
     @boundaries("end_process")
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:

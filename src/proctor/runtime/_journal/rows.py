@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import (
     Iterable,
@@ -119,6 +120,19 @@ def dump(value: Any) -> str:
     return text if _valid(text) else json.dumps(value, separators=(",", ":"))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(text: str | None) -> str | None:
+    """
+    JSON text for a text column: a surrogate in it (it can only stand in a JSON
+    string) becomes its ``\\uXXXX`` escape, which reads back to the same value.
+    """
+    if text is None or _valid(text):
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def clean(text: str) -> str:
     """A plain text column holds valid Unicode: a lone surrogate becomes U+FFFD."""
     if _valid(text):
@@ -194,6 +208,7 @@ def step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str,
     params["progress"] = bool(params["progress"])
     params["reason"] = clean(str(params["reason"]))
     params["event"] = dump_opt(record.get("event"))
+    params["action"] = json_text(params["action"])
     # Fields this schema has no column for yet are kept, not dropped.
     extra = {key: value for key, value in record.items() if key not in STEP_KNOWN}
     params["extra"] = dump(extra) if extra else None

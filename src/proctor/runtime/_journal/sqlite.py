@@ -84,6 +84,7 @@ from proctor.runtime._journal.rows import (
     DISPOSITIONS,
     SpendRecord,
     check_lease,
+    clean,
     check_worker,
     dump,
     dump_opt,
@@ -1318,7 +1319,7 @@ class Journal:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as db:
             crash_point("record_process:before")
-            await db.execute(_Sql.record_process, (run_id, pgid, command, time.time()))
+            await db.execute(_Sql.record_process, (run_id, pgid, clean(command), time.time()))
             crash_point("record_process:after")
 
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:
