@@ -1368,3 +1368,63 @@ async def test_two_journals_racing_for_one_task_give_it_to_one(target: str) -> N
         for n in range(4):
             tg.start_soon(take, n)
     assert sum(o is None for o in outcomes) == 1
+
+
+# -- corrupted rows ---------------------------------------------------------------------------
+
+
+async def _corrupt(target: str, sql: str) -> None:
+    if is_postgres_url(target):
+        await pg_execute(target, sql)
+        return
+    with sqlite3.connect(target) as conn:
+        conn.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "reason = 'new file contenT'",  # a flipped bit that is still text
+        "state_version = 4",
+        "progress = NOT progress",
+        'state_delta = \'{"files": ["a.py"\'',  # no longer JSON
+        "remaining = '[1]'",
+    ],
+)
+async def test_a_corrupted_step_row_is_reported_with_its_run_and_step(
+    journal: JournalLike, target: str, change: str
+) -> None:
+    epoch = await new_run(journal, "run-x")
+    for n in (1, 2, 3):
+        await journal.append_step("run-x", epoch, step("run-x", n))
+    assert len(await journal.steps("run-x")) == 3
+    if "progress" in change and not is_postgres_url(target):
+        change = "progress = 1 - progress"
+    await _corrupt(target, f"UPDATE steps SET {change} WHERE run_id = 'run-x' AND step = 2")
+    with pytest.raises(JournalError, match="step 2 of run run-x is corrupt"):
+        await journal.steps("run-x")
+    # The rows before it still read; the corrupt one never reads as data.
+    assert [s["step"] for s in await journal.steps("run-x", after=2)] == [3]
+
+
+async def test_a_step_row_keeps_its_extra_fields_and_no_checksum_shows(
+    journal: JournalLike,
+) -> None:
+    epoch = await new_run(journal, "run-y")
+    await journal.append_step("run-y", epoch, step("run-y", 1, future_field={"x": 1}))
+    (read,) = await journal.steps("run-y")
+    assert read["future_field"] == {"x": 1}
+    assert not any(key.startswith("_") for key in read)
+
+
+async def test_a_corrupted_note_or_run_row_is_a_journal_error(
+    journal: JournalLike, target: str
+) -> None:
+    await new_run(journal, "run-z")
+    await journal.add_note("run-z", "start", {"digest": "d"})
+    await _corrupt(target, "UPDATE notes SET body = '{\"digest\": ' WHERE run_id = 'run-z'")
+    with pytest.raises(JournalError, match="note .* of run run-z is corrupt"):
+        await journal.notes("run-z")
+    await _corrupt(target, "UPDATE runs SET policy = 'x' WHERE run_id = 'run-z'")
+    with pytest.raises(JournalError, match="run run-z is corrupt"):
+        await journal.get_run("run-z")

@@ -33,7 +33,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor import _channels as channels
-from proctor._boundary import check_plain
+from proctor._boundary import Limits, check_plain
 from proctor._errors import (
     BudgetError,
     CandidateTooLarge,
@@ -103,7 +103,7 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, VerifyResult
 
-__all__ = ("Controller", "StepCallback")
+__all__ = ("Controller", "StepCallback", "proposal_refusal")
 
 from proctor.runtime._control.trace import (
     _action_event,
@@ -178,6 +178,39 @@ def _typed(proposal: Proposal) -> str | None:
             continue
         if not isinstance(value, tuple | list) or not all(isinstance(v, str) for v in value):
             return f"{name} must be text (or a list of texts), not {type(value).__name__}"
+    return None
+
+
+def proposal_refusal(proposal: Proposal, registry: ToolRegistry, limits: Limits) -> str | None:
+    """
+    Why a proposal cannot cross the controller's boundary, or None.
+
+    Whatever the actor (any kind: scripted, a function, a model, a process, an
+    MCP client) sent is checked before anything uses it: field types, plain data
+    (finite numbers, 64-bit integers, no lone surrogates, bounded nesting and
+    size), and the limits of its tool (command length, file size).
+
+    Args:
+        proposal: what the actor sent.
+        registry: the tools on offer (their declarations).
+        limits: the size limits.
+    """
+    problem = _typed(proposal)
+    if problem is not None:
+        return f"refused: {problem}"
+    try:
+        check_plain(_plain(proposal), limits, "proposal")
+    except InputRefused as exc:
+        return f"refused: {exc}"
+    calls: Sequence[ToolCall] = ()
+    if isinstance(proposal, ToolCall):
+        calls = (proposal,)
+    elif isinstance(proposal, Round):
+        calls = proposal.calls
+    for call in calls:
+        problem = check_call(registry.spec(call.tool), call.args, limits)
+        if problem is not None:
+            return f"refused: {call.tool}: {problem}"
     return None
 
 
@@ -493,31 +526,7 @@ class Controller:
             self._note = reason
 
     def _refusal(self, proposal: Proposal) -> str | None:
-        """
-        Why a proposal cannot cross the controller's boundary, or None.
-
-        Whatever the actor (any kind: scripted, a function, a model, a process,
-        an MCP client) sent is checked before anything uses it: field types,
-        plain data (finite numbers, 64-bit integers, no lone surrogates, bounded
-        nesting and size), and the limits of its tool (command length, file size).
-        """
-        problem = _typed(proposal)
-        if problem is not None:
-            return f"refused: {problem}"
-        try:
-            check_plain(_plain(proposal), self.task.limits, "proposal")
-        except InputRefused as exc:
-            return f"refused: {exc}"
-        calls: Sequence[ToolCall] = ()
-        if isinstance(proposal, ToolCall):
-            calls = (proposal,)
-        elif isinstance(proposal, Round):
-            calls = proposal.calls
-        for call in calls:
-            problem = check_call(self.registry.spec(call.tool), call.args, self.task.limits)
-            if problem is not None:
-                return f"refused: {call.tool}: {problem}"
-        return None
+        return proposal_refusal(proposal, self.registry, self.task.limits)
 
     async def _refuse(self, reason: str) -> None:
         """
