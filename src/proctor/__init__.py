@@ -8,13 +8,17 @@ outside the model.
 
 # Imported before anything logs: the library never writes to stdout (see _logging).
 from proctor import _logging as _logging
+from proctor._boundary import Limits as Limits
 from proctor._errors import ActorError as ActorError
 from proctor._errors import BudgetError as BudgetError
+from proctor._errors import CandidateTooLarge as CandidateTooLarge
 from proctor._errors import ConfigError as ConfigError
 from proctor._errors import EffectError as EffectError
 from proctor._errors import FencedError as FencedError
+from proctor._errors import InputRefused as InputRefused
 from proctor._errors import JournalError as JournalError
 from proctor._errors import ProctorError as ProctorError
+from proctor._errors import RunHeld as RunHeld
 from proctor._errors import RunNotFoundError as RunNotFoundError
 from proctor._errors import SchemaError as SchemaError
 from proctor._errors import SnapshotRefused as SnapshotRefused
@@ -63,6 +67,7 @@ __all__ = (
     "Amendment",
     "Budget",
     "BudgetError",
+    "CandidateTooLarge",
     "Claim",
     "CommandCheck",
     "Completion",
@@ -73,10 +78,12 @@ __all__ = (
     "Evidence",
     "FencedError",
     "FileCheck",
+    "InputRefused",
     "FunctionActor",
     "JournalError",
     "JudgeCheck",
     "JudgeFindings",
+    "Limits",
     "Message",
     "MessageKind",
     "Observation",
