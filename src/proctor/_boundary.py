@@ -40,6 +40,7 @@ __all__ = (
     "clip_text",
     "dumps_utf8",
     "loads_strict",
+    "printable",
 )
 
 #: The integers plain data may hold: a signed 64-bit range (what SQLite stores).
@@ -311,3 +312,24 @@ def dumps_utf8(value: Any) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def printable(text: str) -> str:
+    """
+    ``text`` as valid Unicode, for a place that cannot carry a surrogate (a
+    journal's plain text column, an MCP message): the bytes of a name that is
+    not UTF-8 (``surrogateescape``) are written ``\\xff``, any other surrogate
+    ``\\ud800``. Text that is valid Unicode is returned as it is.
+
+    Args:
+        text: any text.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")

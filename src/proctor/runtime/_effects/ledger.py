@@ -47,6 +47,7 @@ import anyio
 import attrs
 import structlog
 
+from proctor._boundary import printable
 from proctor._errors import ConfigError, EffectError, ProctorError
 from proctor.runtime._progress.normalize import (
     canonical_json,
@@ -258,18 +259,6 @@ def _arg(spec: ToolSpec, args: Mapping[str, Any], name: str) -> Any:
         ) from None
 
 
-def _printable(text: str) -> str:
-    """
-    A target's text as valid Unicode: the bytes of a name that is not UTF-8
-    (``surrogateescape``) are written ``\\xff``, so the text can be journaled and
-    two such names stay two targets.
-    """
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def target_of(
     spec: ToolSpec, args: Mapping[str, Any], workspace: Workspace | None = None
 ) -> Target:
@@ -308,7 +297,7 @@ def target_of(
                 paths.append(workspace.relative(workspace.resolve(raw)))
             else:
                 paths.append(normalize_path(raw))
-        return Target("file", _printable(" ".join(paths)))
+        return Target("file", printable(" ".join(paths)))
     if "url" in names:
         method = str(args.get("method", "GET")).upper()
         return Target("http", f"{method} {_url_identity(str(_arg(spec, args, 'url')))}")
