@@ -1428,3 +1428,20 @@ async def test_a_corrupted_note_or_run_row_is_a_journal_error(
     await _corrupt(target, "UPDATE runs SET policy = 'x' WHERE run_id = 'run-z'")
     with pytest.raises(JournalError, match="run run-z is corrupt"):
         await journal.get_run("run-z")
+
+
+async def test_sqlite_a_damaged_schema_in_bytes_that_are_not_utf8_is_a_journal_error(
+    db_path: Path,
+) -> None:
+    # Found by benchmarks/fuzz.py: SQLite's message quoting the damaged schema
+    # came out as a UnicodeDecodeError.
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute(
+            "UPDATE sqlite_master SET sql = CAST(X'4352454154452054414242b04c452074287829'"
+            " AS TEXT) WHERE name = 't'"
+        )
+    with pytest.raises(JournalError, match="the file is damaged"):
+        async with open_journal(db_path):
+            pass

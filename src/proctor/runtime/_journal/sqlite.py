@@ -531,6 +531,12 @@ class Journal:
             yield
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self._path}: could not {what}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            # SQLite's own message quoting a damaged schema, in bytes that are not UTF-8.
+            raise JournalError(
+                f"journal {self._path}: could not {what}: the file is damaged "
+                f"(SQLite reported text that is not UTF-8: {exc.reason})"
+            ) from exc
 
     def _connected(self, what: str) -> aiosqlite.Connection:
         """Return the connection, or raise if the journal is closed (hold the lock)."""
