@@ -1389,6 +1389,7 @@ async def _corrupt(target: str, sql: str) -> None:
         "progress = NOT progress",
         'state_delta = \'{"files": ["a.py"\'',  # no longer JSON
         "remaining = '[1]'",
+        "at = CAST('p1-x' AS BLOB)",  # found by benchmarks/fuzz.py: another type
     ],
 )
 async def test_a_corrupted_step_row_is_reported_with_its_run_and_step(
@@ -1400,6 +1401,8 @@ async def test_a_corrupted_step_row_is_reported_with_its_run_and_step(
     assert len(await journal.steps("run-x")) == 3
     if "progress" in change and not is_postgres_url(target):
         change = "progress = 1 - progress"
+    if "BLOB" in change and is_postgres_url(target):
+        change = "at = at + 1"
     await _corrupt(target, f"UPDATE steps SET {change} WHERE run_id = 'run-x' AND step = 2")
     with pytest.raises(JournalError, match="step 2 of run run-x is corrupt"):
         await journal.steps("run-x")

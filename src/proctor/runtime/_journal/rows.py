@@ -300,7 +300,11 @@ def step_record(row: Any) -> dict[str, Any]:
             event,
         ]
         extra_text = dump(extras) if extras else None
-        if _step_checksum([run_id, *values, extra_text]) != checksum:
+        try:
+            summed = _step_checksum([run_id, *values, extra_text])
+        except (TypeError, ValueError):
+            summed = None  # a column of another type than written (bytes, say)
+        if summed != checksum:
             raise JournalError(
                 f"{where} is corrupt in the journal (its checksum does not match its "
                 "columns); it is not read as data"
