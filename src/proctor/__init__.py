@@ -18,16 +18,19 @@ from proctor._errors import FencedError as FencedError
 from proctor._errors import InputRefused as InputRefused
 from proctor._errors import JournalError as JournalError
 from proctor._errors import ProctorError as ProctorError
+from proctor._errors import RunEndedError as RunEndedError
 from proctor._errors import RunHeld as RunHeld
 from proctor._errors import RunNotFoundError as RunNotFoundError
 from proctor._errors import SchemaError as SchemaError
 from proctor._errors import SnapshotRefused as SnapshotRefused
 from proctor._errors import TrajectoryError as TrajectoryError
 from proctor._errors import TranscriptError as TranscriptError
+from proctor._errors import WorkspaceBusyError as WorkspaceBusyError
 from proctor._errors import WorkspaceError as WorkspaceError
 from proctor.budgets import Budget as Budget
 from proctor.runtime import Actor as Actor
 from proctor.runtime import Amendment as Amendment
+from proctor.runtime import Approval as Approval
 from proctor.runtime import Claim as Claim
 from proctor.runtime import Completion as Completion
 from proctor.runtime import Decision as Decision
@@ -38,20 +41,28 @@ from proctor.runtime import MessageKind as MessageKind
 from proctor.runtime import Observation as Observation
 from proctor.runtime import ObservationKind as ObservationKind
 from proctor.runtime import OpenAIActor as OpenAIActor
+from proctor.runtime import OperatorReply as OperatorReply
 from proctor.runtime import Policy as Policy
 from proctor.runtime import ProcessActor as ProcessActor
 from proctor.runtime import Proposal as Proposal
 from proctor.runtime import Round as Round
 from proctor.runtime import RunResult as RunResult
 from proctor.runtime import ScriptedActor as ScriptedActor
+from proctor.runtime import Stopper as Stopper
 from proctor.runtime import Task as Task
 from proctor.runtime import ToolCall as ToolCall
 from proctor.runtime import ToolResult as ToolResult
 from proctor.runtime import amend as amend
+from proctor.runtime import answer as answer
+from proctor.runtime import approve as approve
+from proctor.runtime import deny as deny
 from proctor.runtime import load_task as load_task
 from proctor.runtime import replay as replay
 from proctor.runtime import resume as resume
+from proctor.runtime import retune as retune
 from proctor.runtime import run as run
+from proctor.runtime import stop as stop
+from proctor.runtime import wait_reply as wait_reply
 from proctor.verifiers import CommandCheck as CommandCheck
 from proctor.verifiers import Evidence as Evidence
 from proctor.verifiers import FileCheck as FileCheck
@@ -65,6 +76,7 @@ __all__ = (
     "Actor",
     "ActorError",
     "Amendment",
+    "Approval",
     "Budget",
     "BudgetError",
     "CandidateTooLarge",
@@ -89,27 +101,37 @@ __all__ = (
     "Observation",
     "ObservationKind",
     "OpenAIActor",
+    "OperatorReply",
     "Policy",
     "ProcessActor",
     "ProctorError",
     "Proposal",
     "PythonCheck",
     "Round",
+    "RunEndedError",
     "RunNotFoundError",
     "RunResult",
     "SchemaError",
     "ScriptedActor",
     "SnapshotRefused",
+    "Stopper",
     "Task",
     "ToolCall",
     "ToolResult",
     "TrajectoryError",
     "TranscriptError",
+    "WorkspaceBusyError",
     "WorkspaceError",
     "__version__",
     "amend",
+    "answer",
+    "approve",
+    "deny",
     "load_task",
     "replay",
     "resume",
+    "retune",
     "run",
+    "stop",
+    "wait_reply",
 )

@@ -19,7 +19,9 @@ Every error proctor raises derives from :class:`ProctorError`::
     ├── RunHeld                          the task's runs are held by another live host
     ├── CandidateTooLarge                a candidate over the snapshot size limit
     ├── SnapshotRefused (ValueError)     a decision-core snapshot that cannot be restored
-    └── RunNotFoundError (LookupError)   no run with that id in the journal
+    ├── RunNotFoundError (LookupError)   no run with that id in the journal
+    ├── RunEndedError                    an operator's request to a run that has ended
+    └── WorkspaceBusyError               a workspace a live run holds
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ __all__ = (
     "JournalError",
     "ProctorError",
     "RunHeld",
+    "RunEndedError",
     "RunNotFoundError",
     "SchemaError",
     "SnapshotRefused",
     "TrajectoryError",
     "TranscriptError",
+    "WorkspaceBusyError",
     "WorkspaceError",
 )
 
@@ -167,3 +171,14 @@ class SnapshotRefused(ProctorError, ValueError):
 
 class RunNotFoundError(ProctorError, LookupError):
     """No run with the given id is in the journal."""
+
+
+class RunEndedError(ProctorError):
+    """
+    An operator's request (stop, answer, approve, amend, retune) to a run that has
+    ended: nothing was journaled. The message names the run and how it ended.
+    """
+
+
+class WorkspaceBusyError(ProctorError):
+    """A run was refused: a live run holds its workspace (the message names that run)."""

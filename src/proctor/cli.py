@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import socket
 import sys
+import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +25,18 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from proctor._errors import ConfigError, ProctorError, RunNotFoundError, TranscriptError
+from proctor._errors import (
+    ConfigError,
+    ProctorError,
+    RunEndedError,
+    RunNotFoundError,
+    TranscriptError,
+)
+from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper
 from proctor.runtime._control.run import run as run_task
 from proctor.runtime._importers import FORMATS, import_file
 from proctor.runtime._journal import open_journal
+from proctor.runtime._operator import OperatorReply, wait_reply
 from proctor.runtime._progress.trajectory import (
     diff_replays,
     parse_trajectory,
@@ -34,6 +45,7 @@ from proctor.runtime._progress.trajectory import (
 )
 from proctor.runtime._records import Decision, Disposition, TraceRecord
 from proctor.runtime._task import ActorSpec, load_task
+from proctor.runtime._tools.process import pid_alive
 
 __all__ = ("EXIT_CODES", "main")
 
@@ -85,6 +97,67 @@ def _fail(message: str) -> None:
     raise SystemExit(2)
 
 
+_HEARTBEAT = click.option(
+    "--heartbeat",
+    "heartbeat",
+    type=click.FloatRange(min=0.05),
+    default=HEARTBEAT_SECONDS,
+    envvar="PROCTOR_HEARTBEAT_SECONDS",
+    show_default=True,
+    help="Seconds between the host's heartbeats; a run that missed two is stale "
+    "(or $PROCTOR_HEARTBEAT_SECONDS).",
+)
+
+_WAIT = click.option(
+    "--wait",
+    "wait",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the run's answer.",
+)
+
+
+async def _on_signals(stopper: Stopper) -> None:
+    """
+    The first SIGINT stops the run (user_stop), SIGTERM too (stop_signal); a
+    second SIGINT exits at once: the run is then closed by the next open of its
+    workspace, as a dead host's is.
+    """
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        async for signum in received:
+            if signum == signal.SIGINT and stopper.stopped:
+                click.echo("proctor: interrupted again: exiting now", err=True)
+                os._exit(130)
+            click.echo(
+                f"proctor: {signal.Signals(signum).name}: stopping the run "
+                "(Ctrl-C again exits at once)",
+                err=True,
+            )
+            why = f"{signal.Signals(signum).name} to the host"
+            if signum == signal.SIGTERM:
+                stopper.stop("stop_signal", why)
+            else:
+                stopper.stop("user_stop", why)
+
+
+async def _stoppable(go: Callable[[Stopper], Awaitable[Any]]) -> Any:
+    """Run ``go`` with a stopper that SIGINT and SIGTERM trigger."""
+    stopper = Stopper()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_on_signals, stopper)
+            try:
+                return await go(stopper)
+            finally:
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The run's own error (a busy workspace, a broken journal), not wrapped.
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ProctorError):
+            raise group.exceptions[0] from None
+        raise
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--log-level",
@@ -132,14 +205,24 @@ def _live(console: Console) -> tuple[Any, Any]:
             f"step {record.step:>3}  {_action_text(record)[:60]:<60}  "
             f"{record.decision.value:<8}  budget left: {_budget_text(record.remaining)}"
         )
-        notable = record.decision is not Decision.CONTINUE or record.kind in ("verdict", "ended")
+        said = record.kind in ("question", "user", "retune", "amend")
+        notable = (
+            record.decision is not Decision.CONTINUE
+            or said
+            or record.kind
+            in (
+                "verdict",
+                "ended",
+            )
+        )
         if status is None or notable:
             style = {
                 Decision.REFUSE: "bold yellow",
                 Decision.STOP: "bold",
                 Decision.NUDGE: "cyan",
             }.get(record.decision, "")
-            reason = f"  ({record.reason})" if record.decision is not Decision.CONTINUE else ""
+            shown = record.decision is not Decision.CONTINUE or said
+            reason = f"  ({record.reason})" if shown else ""
             console.print(line + reason, style=style, markup=False, soft_wrap=True)
         if status is not None:
             status.update(line)
@@ -183,6 +266,11 @@ def _report(go: Any, console: Console, status: Any, as_json: bool) -> None:
             console.print(f"open:        {line}", markup=False, soft_wrap=True)
         console.print(f"next:        {handoff.next_step} (owner: {handoff.owner})")
         console.print(f"run:         {result.run_id}  (journal {result.journal})")
+    if result.disposition is Disposition.STOPPED:
+        click.echo(
+            f"proctor: run {result.run_id} stopped; resume it with: proctor resume {result.run_id}",
+            err=True,
+        )
     raise SystemExit(EXIT_CODES[result.disposition])
 
 
@@ -190,8 +278,14 @@ def _report(go: Any, console: Console, status: Any, as_json: bool) -> None:
 @click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path))
 @_JOURNAL
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-def run_command(task_file: Path, journal: str, as_json: bool) -> None:
-    """Run the task in TASK_FILE until the controller decides it is over."""
+@_HEARTBEAT
+def run_command(task_file: Path, journal: str, as_json: bool, heartbeat: float) -> None:
+    """
+    Run the task in TASK_FILE until the controller decides it is over.
+
+    Ctrl-C (SIGINT) or SIGTERM ends the run `stopped` (exit 15); a second Ctrl-C
+    exits at once.
+    """
     try:
         loaded = load_task(task_file)
         actor = loaded.actor.make()
@@ -203,10 +297,18 @@ def run_command(task_file: Path, journal: str, as_json: bool) -> None:
     status, on_step = _live(console)
     spec = loaded.actor.describe()
 
-    async def go() -> Any:
-        return await run_task(loaded.task, actor, journal, on_step=on_step, actor_spec=spec)
+    async def go(stopper: Stopper) -> Any:
+        return await run_task(
+            loaded.task,
+            actor,
+            journal,
+            on_step=on_step,
+            actor_spec=spec,
+            stopper=stopper,
+            heartbeat_seconds=heartbeat,
+        )
 
-    _report(go, console, status, as_json)
+    _report(lambda: _stoppable(go), console, status, as_json)
 
 
 @main.command("resume")
@@ -218,7 +320,20 @@ def run_command(task_file: Path, journal: str, as_json: bool) -> None:
     help="An actor script for the new run (default: the actor the task was run with).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-def resume_command(run_id: str, journal: str, script: Path | None, as_json: bool) -> None:
+@click.option(
+    "--answer",
+    "answer_text",
+    help="The answer to the question RUN ended on (needs_input): told to the actor first.",
+)
+@_HEARTBEAT
+def resume_command(
+    run_id: str,
+    journal: str,
+    script: Path | None,
+    as_json: bool,
+    answer_text: str | None,
+    heartbeat: float,
+) -> None:
     """Start a new run of RUN's task that inherits its history, spend and open effects."""
     from proctor.runtime._hosting.resume import resume
 
@@ -236,7 +351,10 @@ def resume_command(run_id: str, journal: str, script: Path | None, as_json: bool
     console = Console(stderr=as_json, highlight=False)
     status, on_step = _live(console)
 
-    async def go() -> Any:
+    if answer_text is not None and not answer_text.strip():
+        _fail("--answer is empty: say what the run needs to know")
+
+    async def go(stopper: Stopper) -> Any:
         # Without --script, the journaled actor, going on after its proposals.
         return await resume(
             run_id,
@@ -244,9 +362,12 @@ def resume_command(run_id: str, journal: str, script: Path | None, as_json: bool
             journal,
             on_step=on_step,
             actor_spec=spec.describe() if spec is not None else None,
+            answer=answer_text,
+            stopper=stopper,
+            heartbeat_seconds=heartbeat,
         )
 
-    _report(go, console, status, as_json)
+    _report(lambda: _stoppable(go), console, status, as_json)
 
 
 @main.command("runs")
@@ -264,23 +385,44 @@ def runs_command(journal: str, limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([_row(r) for r in rows], indent=2))
         return
-    table = Table("run", "task", "status", "steps", "started", "goal")
+    table = Table("run", "task", "state", "since", "steps", "started", "host", "goal")
     for r in rows:
+        state, since = _state(r)
         table.add_row(
-            r.run_id[:12], r.task_id[:12], r.status, str(r.steps), _when(r.started_at), r.goal[:40]
+            r.run_id[:12],
+            r.task_id[:12],
+            state,
+            _when(since),
+            str(r.steps),
+            _when(r.started_at),
+            f"{r.host}:{r.pid}" if r.pid is not None else r.host,
+            r.goal[:40],
         )
     Console().print(table)
 
 
+def _state(r: Any) -> tuple[str, float]:
+    """running, waiting (for what), stale (its host stopped beating), or how it ended."""
+    state, since = r.liveness(time.time(), host=socket.gethostname(), alive=pid_alive)
+    return str(state), float(since)
+
+
 def _row(r: Any) -> dict[str, Any]:
+    state, since = _state(r)
     return {
         "run_id": r.run_id,
         "task_id": r.task_id,
         "status": r.status,
+        "state": state.split(" ")[0],
+        "since": since,
+        "waiting": r.waiting,
         "disposition": r.disposition,
         "steps": r.steps,
         "started_at": r.started_at,
         "ended_at": r.ended_at,
+        "host": r.host,
+        "pid": r.pid,
+        "heartbeat_at": r.heartbeat_at,
         "goal": r.goal,
     }
 
@@ -334,7 +476,12 @@ def show_command(run_id: str, journal: str, as_json: bool) -> None:
         )
         return
     console = Console(highlight=False)
-    console.print(f"run {run.run_id}  task {run.task_id}  status [bold]{run.status}[/bold]")
+    state, since = _state(run)
+    console.print(
+        f"run {run.run_id}  task {run.task_id}  status [bold]{state}[/bold] since {_when(since)}"
+        + (f"  host {run.host} pid {run.pid}" if run.pid is not None else ""),
+        markup=True,
+    )
     console.print(f"goal: {run.goal}", markup=False)
     table = Table("step", "kind", "action", "status", "decision", "progress", "reason", "left")
     for s in steps:
@@ -556,6 +703,7 @@ def import_command(
 )
 @click.option("--check", "checks", multiple=True, help="Add a command check: NAME=COMMAND.")
 @click.option("--drop-check", multiple=True, help="Remove a check by name (repeatable).")
+@_WAIT
 def amend_command(
     run_id: str,
     journal: str,
@@ -566,6 +714,7 @@ def amend_command(
     scope: tuple[str, ...],
     checks: tuple[str, ...],
     drop_check: tuple[str, ...],
+    wait: float,
 ) -> None:
     """Amend a run's acceptance contract: journaled, and earlier evidence goes stale."""
     from proctor.runtime._operator import Amendment, amend
@@ -586,11 +735,10 @@ def amend_command(
         drop_checks=drop_check,
     )
 
-    async def go() -> str:
+    async def go() -> OperatorReply:
         return await amend(journal, run_id, amendment)
 
-    full = _guard(go)
-    click.echo(f"amended the contract of run {full}; a running controller applies it next step")
+    _answered(_operator_guard(go), journal, wait, "amendment")
 
 
 @main.command("gateway")
@@ -620,10 +768,22 @@ def amend_command(
     show_default=True,
     help="For http: seconds the server keeps answering (with the fence) after the run ended.",
 )
+@_HEARTBEAT
 def gateway_command(
-    task_file: Path, journal: str, transport: str, host: str, port: int, grace: float
+    task_file: Path,
+    journal: str,
+    transport: str,
+    host: str,
+    port: int,
+    grace: float,
+    heartbeat: float,
 ) -> None:
-    """Serve the task in TASK_FILE over MCP: the MCP client is the run's actor."""
+    """
+    Serve the task in TASK_FILE over MCP: the MCP client is the run's actor.
+
+    SIGINT or SIGTERM ends the run `stopped` (exit 15) and stops serving; a
+    second SIGINT exits at once.
+    """
     # Imported here: the MCP stack takes a second to import, and only this command needs it.
     from proctor.runtime._hosting.gateway import load_gateway_task, serve_gateway
 
@@ -646,6 +806,7 @@ def gateway_command(
             grace=grace,
             ready=click.echo,
             handle_signals=True,
+            heartbeat_seconds=heartbeat,
         )
 
     _report(go, console, None, False)
@@ -681,14 +842,19 @@ def submit_command(task_file: Path, journal: str) -> None:
 def worker_command(
     journal: str, worker: str | None, lease: float, once: bool, max_runs: int | None
 ) -> None:
-    """Claim queued runs from the journal and run them, one at a time."""
+    """
+    Claim queued runs from the journal and run them, one at a time.
+
+    Ctrl-C (SIGINT) or SIGTERM ends the run in hand `stopped` and the worker with
+    it (exit 15); a second Ctrl-C exits at once.
+    """
     from proctor.runtime._hosting.worker import work
 
     _find_python_first()
     console = Console(highlight=False)
     _, on_step = _live(Console(file=sys.stderr, highlight=False, force_terminal=False))
 
-    async def go() -> Any:
+    async def go(stopper: Stopper) -> Any:
         return await work(
             journal,
             worker=worker,
@@ -696,13 +862,22 @@ def worker_command(
             once=once,
             max_runs=max_runs,
             on_step=on_step,
+            stopper=stopper,
         )
 
-    stats = _guard(go)
+    stats = _guard(lambda: _stoppable(go))
+    stopped = [r for r in stats.finished if r.disposition is Disposition.STOPPED]
     for result in stats.finished:
         console.print(f"{result.run_id}  {result.disposition.value}", markup=False)
     for run_id in stats.lost:
         console.print(f"{run_id}  lost (another worker took it over)", markup=False)
+    for result in stopped:
+        click.echo(
+            f"proctor: run {result.run_id} stopped; resume it with: proctor resume {result.run_id}",
+            err=True,
+        )
+    if stopped:
+        raise SystemExit(EXIT_CODES[Disposition.STOPPED])
 
 
 @main.command("retune")
@@ -713,7 +888,21 @@ def worker_command(
 )
 @click.option("--who", required=True, help="Who changes the limits.")
 @click.option("--why", required=True, help="Why: journaled with the change.")
-def retune_command(run_id: str, journal: str, limits: tuple[str, ...], who: str, why: str) -> None:
+@click.option(
+    "--below-spent",
+    is_flag=True,
+    help="Allow a limit at or below what is spent: the run then ends budget_exhausted.",
+)
+@_WAIT
+def retune_command(
+    run_id: str,
+    journal: str,
+    limits: tuple[str, ...],
+    who: str,
+    why: str,
+    below_spent: bool,
+    wait: float,
+) -> None:
     """Change a running run's budget limits: journaled, with who and why."""
     from proctor.runtime._operator import retune
 
@@ -727,11 +916,127 @@ def retune_command(run_id: str, journal: str, limits: tuple[str, ...], who: str,
         if not sep:
             _fail(f"--limit {spec!r}: expected DIMENSION=NUMBER, such as steps=80")
 
-    async def go() -> str:
-        return await retune(journal, run_id, values, who=who, why=why)
+    async def go() -> OperatorReply:
+        return await retune(journal, run_id, values, who=who, why=why, below_spent=below_spent)
 
-    full = _guard(go)
-    click.echo(f"journaled new limits for run {full}; a running controller applies them next step")
+    _answered(_operator_guard(go), journal, wait, "retune")
+
+
+def _answered(reply: OperatorReply, journal: str, wait: float, what: str) -> None:
+    """Wait (bounded) for the controller's answer to a note; print it; exit 0 only if applied."""
+
+    async def go() -> OperatorReply:
+        with anyio.move_on_after(wait):
+            return await wait_reply(journal, reply)
+        return reply
+
+    answered: OperatorReply = _guard(go)
+    run = answered.run_id
+    if answered.outcome == "applied":
+        click.echo(f"run {run}: {what} applied at step {answered.step}: {answered.message}")
+        return
+    if answered.outcome == "refused":
+        click.echo(f"proctor: run {run}: {what} refused: {answered.message}", err=True)
+        raise SystemExit(1)
+    if answered.outcome == "ended":
+        click.echo(f"proctor: run {run}: {answered.message}", err=True)
+        raise SystemExit(1)
+    click.echo(
+        f"run {run}: {what} journaled; the run did not answer within {wait:g} s "
+        "(it reads it at its next step; `proctor runs` says whether its host is alive)"
+    )
+
+
+def _operator_guard(fn: Any) -> Any:
+    """Like :func:`_guard`; a run that has ended is said so, exit 1."""
+    try:
+        return anyio.run(fn)
+    except RunEndedError as exc:
+        click.echo(f"proctor: {exc}", err=True)
+        raise SystemExit(1) from None
+    except ProctorError as exc:
+        _fail(str(exc))
+    return None
+
+
+@main.command("stop")
+@click.argument("run_id")
+@_JOURNAL
+@click.option("--why", default="", help="Why: journaled in the stop reason.")
+@click.option("--who", help="Who stops it (default: your login name).")
+@_WAIT
+def stop_command(run_id: str, journal: str, why: str, who: str | None, wait: float) -> None:
+    """Stop a running run from any terminal: it ends `stopped`, a command in flight interrupted."""
+    from proctor.runtime._operator import stop
+
+    async def go() -> OperatorReply:
+        return await stop(journal, run_id, why=why, who=who)
+
+    reply: OperatorReply = _operator_guard(go)
+
+    async def until_ended() -> OperatorReply:
+        with anyio.move_on_after(wait):
+            return await wait_reply(journal, reply)
+        return reply
+
+    ended: OperatorReply = _guard(until_ended)
+    if ended.outcome == "ended":
+        click.echo(f"run {ended.run_id}: {ended.message.removeprefix('the run has ended: ')}")
+        click.echo(f"resume it with: proctor resume {ended.run_id}")
+        return
+    click.echo(
+        f"proctor: run {reply.run_id}: stop journaled, but the run has not ended within "
+        f"{wait:g} s (`proctor runs` says whether its host is alive)",
+        err=True,
+    )
+    raise SystemExit(1)
+
+
+@main.command("answer")
+@click.argument("run_id")
+@click.argument("text")
+@_JOURNAL
+@click.option("--who", help="Who answers (default: your login name).")
+@_WAIT
+def answer_command(run_id: str, text: str, journal: str, who: str | None, wait: float) -> None:
+    """Answer the question a waiting run asked (needs_input): the run goes on."""
+    from proctor.runtime._operator import answer
+
+    async def go() -> OperatorReply:
+        return await answer(journal, run_id, text, who=who)
+
+    _answered(_operator_guard(go), journal, wait, "answer")
+
+
+@main.command("approve")
+@click.argument("run_id")
+@_JOURNAL
+@click.option("--who", help="Who approves (default: your login name).")
+@_WAIT
+def approve_command(run_id: str, journal: str, who: str | None, wait: float) -> None:
+    """Let the call a run waits on ([approve] in the task file) run."""
+    from proctor.runtime._operator import approve
+
+    async def go() -> OperatorReply:
+        return await approve(journal, run_id, who=who)
+
+    _answered(_operator_guard(go), journal, wait, "approval")
+
+
+@main.command("deny")
+@click.argument("run_id")
+@_JOURNAL
+@click.option("--why", required=True, help="Why: the actor is told.")
+@click.option("--who", help="Who denies (default: your login name).")
+@_WAIT
+def deny_command(run_id: str, journal: str, why: str, who: str | None, wait: float) -> None:
+    """Refuse the call a run waits on: it is not sent, and the actor is told why."""
+    from proctor.runtime._operator import deny
+
+    async def go() -> OperatorReply:
+        return await deny(journal, run_id, why=why, who=who)
+
+    _answered(_operator_guard(go), journal, wait, "denial")
 
 
 @main.command("export")

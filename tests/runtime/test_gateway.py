@@ -310,13 +310,13 @@ async def test_a_signal_stops_an_http_gateway_and_the_run_ends_on_the_record(
                 read = await client.call_tool("read_file", {"path": "calc.py"})
                 assert not read.is_error
             process.send_signal(signal.SIGINT)
-            # The client is gone: the candidate is verified as it stands, and fails.
+            # A person stopped it: the run ends stopped, on the record.
             line = (await out.receive_until(b"\n", 1000)).decode()
-            assert line == "ended failed actor_finished"
+            assert line == "ended stopped user_stop"
             assert await process.wait() == 0
     async with open_journal(journal) as j:
         runs = await j.list_runs()
-    assert [r.disposition for r in runs] == ["failed"]
+    assert [r.disposition for r in runs] == ["stopped"]
 
 
 async def test_concurrent_calls_are_proposed_one_at_a_time_in_arrival_order(

@@ -1448,3 +1448,121 @@ async def test_sqlite_a_damaged_schema_in_bytes_that_are_not_utf8_is_a_journal_e
     with pytest.raises(JournalError, match="the file is damaged"):
         async with open_journal(db_path):
             pass
+
+
+# -- liveness ----------------------------------------------------------------------------
+
+
+async def test_a_heartbeat_records_pid_workspace_and_what_the_run_waits_for(
+    journal: JournalLike,
+) -> None:
+    epoch = await new_run(journal, "run-a")
+    fresh = await journal.get_run("run-a")
+    assert (fresh.pid, fresh.heartbeat_at, fresh.waiting, fresh.workspace) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert await journal.heartbeat("run-a", epoch, pid=4242, workspace="/w", every=0.5)
+    run = await journal.get_run("run-a")
+    assert (run.pid, run.workspace, run.heartbeat_every, run.waiting) == (4242, "/w", 0.5, None)
+    assert run.heartbeat_at is not None
+    # What is not given is kept; a wait records since when, and keeps it while it lasts.
+    assert await journal.heartbeat("run-a", epoch, waiting="answer")
+    waiting = await journal.get_run("run-a")
+    assert (waiting.pid, waiting.workspace, waiting.waiting) == (4242, "/w", "answer")
+    assert waiting.waiting_since is not None
+    assert await journal.heartbeat("run-a", epoch, waiting="answer")
+    assert (await journal.get_run("run-a")).waiting_since == waiting.waiting_since
+    assert await journal.heartbeat("run-a", epoch)
+    assert (await journal.get_run("run-a")).waiting is None
+    # Fenced: another epoch, or an ended run, changes nothing.
+    assert not await journal.heartbeat("run-a", epoch + 1, waiting="approval")
+    await end(journal, "run-a", epoch)
+    assert not await journal.heartbeat("run-a", epoch, waiting="approval")
+    assert (await journal.get_run("run-a")).waiting is None
+
+
+async def test_live_runs_are_the_running_ones_by_workspace(journal: JournalLike) -> None:
+    a = await new_run(journal, "run-a")
+    b = await new_run(journal, "run-b")
+    c = await new_run(journal, "run-c")
+    await journal.heartbeat("run-a", a, workspace="/w1")
+    await journal.heartbeat("run-b", b, workspace="/w2")
+    await journal.heartbeat("run-c", c, workspace="/w1")
+    await end(journal, "run-c", c)
+    assert [r.run_id for r in await journal.live_runs()] == ["run-a", "run-b"]
+    assert [r.run_id for r in await journal.live_runs("/w1")] == ["run-a"]
+    assert await journal.live_runs("/nowhere") == []
+
+
+async def test_notes_are_numbered_in_order(journal: JournalLike) -> None:
+    await new_run(journal, "run-a")
+    first = await journal.add_note("run-a", "stop", {"why": "x"})
+    second = await journal.add_note("run-a", "answer", {"text": "y"})
+    assert second > first
+    assert [n["id"] for n in await journal.notes("run-a", after=first)] == [second]
+
+
+def test_liveness_of_a_run_row() -> None:
+    base = RunRow(
+        run_id="r",
+        task_id="t",
+        parent_run_id=None,
+        epoch=1,
+        status="running",
+        disposition=None,
+        stop_reason=None,
+        policy={},
+        policy_version="p",
+        host="here",
+        started_at=100.0,
+        ended_at=None,
+        candidate_digest=None,
+        handoff=None,
+        goal="g",
+        steps=0,
+        pid=7,
+        heartbeat_at=200.0,
+        heartbeat_every=1.0,
+    )
+
+    def alive(pid: int) -> bool:
+        return True
+
+    def dead(pid: int) -> bool:
+        return False
+
+    assert base.liveness(201.5, host="here", alive=alive) == ("running", 100.0)
+    # Two heartbeats missed: stale since the last one, whatever the host.
+    assert base.liveness(202.5, host="elsewhere", alive=alive) == ("stale", 200.0)
+    # On this machine a dead process is stale at once.
+    assert base.liveness(200.1, host="here", alive=dead) == ("stale", 200.0)
+    # On another machine its pid means nothing here.
+    assert base.liveness(200.1, host="elsewhere", alive=dead) == ("running", 100.0)
+    waiting = attrs.evolve(base, waiting="approval", waiting_since=150.0)
+    assert waiting.liveness(200.5, host="here", alive=alive) == ("waiting (approval)", 150.0)
+    ended = attrs.evolve(base, status="stopped", ended_at=300.0)
+    assert ended.liveness(1e9, host="here", alive=dead) == ("stopped", 300.0)
+
+
+async def test_sqlite_journal_of_version_3_gains_the_liveness_columns(db_path: Path) -> None:
+    with sqlite3.connect(db_path) as conn:
+        for migration in journal_schema.SQLITE_MIGRATIONS[:3]:
+            for table, column, declaration in migration.columns:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            conn.executescript(migration.script)
+        conn.execute("PRAGMA user_version = 3")
+        conn.execute("INSERT INTO tasks VALUES ('t', 'goal', '{}', 'c1', 0)")
+        conn.execute(
+            "INSERT INTO runs (run_id, task_id, epoch, status, policy, policy_version, host,"
+            " started_at) VALUES ('run-a', 't', 1, 'running', '{}', 'p1', 'h1', 0)"
+        )
+    conn.close()
+    async with open_journal(db_path) as j:
+        run = await j.get_run("run-a")
+        assert (run.pid, run.heartbeat_at, run.waiting) == (None, None, None)
+        assert await j.heartbeat("run-a", 1, pid=1, workspace="/w", every=5.0)
+        assert [r.run_id for r in await j.live_runs("/w")] == ["run-a"]
+    assert user_version(db_path) == SCHEMA_VERSION

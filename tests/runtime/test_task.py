@@ -16,6 +16,7 @@ from proctor.runtime import _task
 from proctor.runtime._progress.policy import Policy
 from proctor.runtime._task import (
     ActorSpec,
+    Approval,
     Task,
     TaskFile,
     load_task,
@@ -178,7 +179,7 @@ def test_missing_goal(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, 'title')}: task.title: unknown key; accepted: "
-        "goal, workspace, kind, id, command_time_limit, ignore, template"
+        "goal, workspace, kind, id, command_time_limit, ignore, template, answer_wait"
     )
     # An absent key is located at its table's header.
     text = re.sub(r'goal = ".*"\n', "", TASK)
@@ -200,7 +201,7 @@ def test_unknown_top_level_table_names_its_line(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, '[extras]')}: extras: unknown key; "
-        "accepted: task, checks, contract, budget, policy, actor, prices, limits"
+        "accepted: task, checks, contract, budget, policy, actor, prices, limits, approve"
     )
 
 
@@ -215,7 +216,7 @@ def test_unknown_key_in_task(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, 'model')}: task.model: unknown key; accepted: "
-        "goal, workspace, kind, id, command_time_limit, ignore, template"
+        "goal, workspace, kind, id, command_time_limit, ignore, template, answer_wait"
     )
 
 
@@ -741,3 +742,61 @@ def test_a_task_file_with_a_template_needs_no_workspace_yet(home: Path, template
     assert not task.workspace.exists()
     prepare_workspace(task)
     assert (task.workspace / "src" / "app.py").read_text() == "x = 1\n"
+
+
+# -- people in the loop ------------------------------------------------------------------
+
+
+def test_approvals_and_the_answer_wait_load_and_round_trip(home: Path) -> None:
+    text = TASK.replace('ignore = ["build/"]', 'ignore = ["build/"]\nanswer_wait = 90') + (
+        '\n[approve]\nwait_seconds = 30\nrun_command = ["git push*"]\ndelete_file = ["src/**"]\n'
+    )
+    task = load_task(write(home, text)).task
+    assert task.answer_wait == 90.0
+    assert task.approval_wait == 30.0
+    assert [(a.tool, a.patterns) for a in task.approvals] == [
+        ("run_command", ("git push*",)),
+        ("delete_file", ("src/**",)),
+    ]
+    again = Task.from_description(task.describe())
+    assert (again.answer_wait, again.approvals, again.approval_wait) == (
+        task.answer_wait,
+        task.approvals,
+        task.approval_wait,
+    )
+
+
+def test_approval_patterns_match_the_calls_target() -> None:
+    push = Approval("run_command", ("git push*",))
+    assert push.matches("run_command", "git push origin main")
+    assert not push.matches("run_command", "git status")
+    assert not push.matches("write_file", "git push")
+    assert not push.matches("run_command", None)
+    src = Approval("delete_file", ("src/**",))
+    assert src.matches("delete_file", "src/app/main.py")
+    assert src.matches("delete_file", "./src/x.py")
+    assert not src.matches("delete_file", "docs/x.md")
+    assert Approval("http").matches("http", None)
+
+
+@pytest.mark.parametrize(
+    ("table", "field", "says"),
+    [
+        ('run_command = "git push*"', "approve.run_command", "must be a list of strings"),
+        ("run_command = []", "approve.run_command", "non-empty glob patterns"),
+        ('run_command = [""]', "approve.run_command", "non-empty glob patterns"),
+        ("wait_seconds = -1", "approve.wait_seconds", "seconds >= 0"),
+        ("wait_seconds = inf", "approve.wait_seconds", "seconds >= 0"),
+    ],
+)
+def test_a_bad_approve_table_names_its_field(home: Path, table: str, field: str, says: str) -> None:
+    _, message = config_error(home, TASK + f"\n[approve]\n{table}\n")
+    assert f": {field}: " in message
+    assert says in message
+
+
+@pytest.mark.parametrize("value", ["-5", "nan", "true", '"soon"'])
+def test_a_bad_answer_wait_is_refused(home: Path, value: str) -> None:
+    text = TASK.replace('ignore = ["build/"]', f'ignore = ["build/"]\nanswer_wait = {value}')
+    _, message = config_error(home, text)
+    assert "task.answer_wait: must be a number of seconds >= 0" in message

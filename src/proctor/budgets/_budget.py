@@ -525,7 +525,7 @@ class Ledger:
         if below and not below_spent:
             raise ConfigError(
                 f"{where}: the new limit {new:g} is below what is spent and held ({used:g}); "
-                "pass below_spent=True to exhaust it on purpose"
+                "pass below_spent=True (proctor retune --below-spent) to exhaust it on purpose"
             )
         old = self.budget.limits.get(dimension)
         self.budget = Budget({**self.budget.limits, dimension: new}, dict(self.budget.reserve))

@@ -8,6 +8,7 @@ from proctor.runtime._actors.base import ScriptedActor as ScriptedActor
 from proctor.runtime._actors.base import load_script as load_script
 from proctor.runtime._actors.openai import OpenAIActor as OpenAIActor
 from proctor.runtime._actors.process import ProcessActor as ProcessActor
+from proctor.runtime._control.run import Stopper as Stopper
 from proctor.runtime._control.run import run as run
 from proctor.runtime._hosting.resume import resume as resume
 from proctor.runtime._hosting.worker import WorkerStats as WorkerStats
@@ -22,8 +23,14 @@ from proctor.runtime._journal import Journal as Journal
 from proctor.runtime._journal import JournalLike as JournalLike
 from proctor.runtime._journal import open_journal as open_journal
 from proctor.runtime._operator import Amendment as Amendment
+from proctor.runtime._operator import OperatorReply as OperatorReply
 from proctor.runtime._operator import amend as amend
+from proctor.runtime._operator import answer as answer
+from proctor.runtime._operator import approve as approve
+from proctor.runtime._operator import deny as deny
 from proctor.runtime._operator import retune as retune
+from proctor.runtime._operator import stop as stop
+from proctor.runtime._operator import wait_reply as wait_reply
 from proctor.runtime._outcome import Candidate as Candidate
 from proctor.runtime._outcome import Handoff as Handoff
 from proctor.runtime._outcome import RunResult as RunResult
@@ -48,6 +55,7 @@ from proctor.runtime._records import ToolCall as ToolCall
 from proctor.runtime._records import ToolResult as ToolResult
 from proctor.runtime._records import ToolStatus as ToolStatus
 from proctor.runtime._records import TraceRecord as TraceRecord
+from proctor.runtime._task import Approval as Approval
 from proctor.runtime._task import Task as Task
 from proctor.runtime._task import load_task as load_task
 from proctor.runtime._tools.registry import Tool as Tool
@@ -80,9 +88,10 @@ def __getattr__(name: str) -> Any:
 __all__ = (
     "Actor",
     "Amendment",
+    "Approval",
     "Candidate",
-    "Claimed",
     "Claim",
+    "Claimed",
     "Completion",
     "Decision",
     "Disposition",
@@ -98,6 +107,7 @@ __all__ = (
     "Observation",
     "ObservationKind",
     "OpenAIActor",
+    "OperatorReply",
     "Policy",
     "ProcessActor",
     "Proposal",
@@ -105,6 +115,7 @@ __all__ = (
     "RunResult",
     "ScriptedActor",
     "StopReason",
+    "Stopper",
     "Task",
     "TRANSCRIPT_FORMATS",
     "TaskFacts",
@@ -120,6 +131,9 @@ __all__ = (
     "amend",
     "detect_format",
     "import_transcript",
+    "answer",
+    "approve",
+    "deny",
     "load_gateway_task",
     "load_script",
     "load_task",
@@ -132,6 +146,8 @@ __all__ = (
     "run",
     "serve_gateway",
     "shell_may_change",
+    "stop",
     "submit",
+    "wait_reply",
     "work",
 )

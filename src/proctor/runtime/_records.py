@@ -90,6 +90,7 @@ class ObservationKind(enum.StrEnum):
     NUDGE = "nudge"
     VERDICT = "verdict"
     NOTE = "note"
+    ANSWER = "answer"
     ENDED = "ended"
 
 

@@ -7,6 +7,8 @@ A task comes from Python (:class:`Task`) or from a TOML file
 
 from __future__ import annotations
 
+import fnmatch
+import math
 import re
 import shutil
 import tomllib
@@ -28,7 +30,45 @@ from proctor.verifiers._candidate import DEFAULT_IGNORE
 from proctor.verifiers._checks import CommandCheck, contract_version
 from proctor.verifiers._more_checks import Check, FileCheck, JudgeCheck, ScopeCheck
 
-__all__ = ("ActorSpec", "Task", "TaskFile", "load_task", "parse_task", "prepare_workspace")
+__all__ = (
+    "ActorSpec",
+    "Approval",
+    "Task",
+    "TaskFile",
+    "load_task",
+    "parse_task",
+    "prepare_workspace",
+)
+
+
+@attrs.frozen
+class Approval:
+    """
+    Calls of a tool that wait for a person's approval before they run.
+
+    Args:
+        tool: the tool's name.
+        patterns: glob patterns matched against the call's target: the command
+            of ``run_command`` (``git push*``), the path of a file tool
+            (``src/**``), the URL of ``http`` or ``fetch``; ``*`` matches every call.
+    """
+
+    tool: str
+    patterns: tuple[str, ...] = ("*",)
+
+    def matches(self, tool: str, target: str | None) -> bool:
+        """Whether a call of ``tool`` on ``target`` (None: no target) needs approval."""
+        if tool != self.tool:
+            return False
+        if "*" in self.patterns:
+            return True
+        if target is None:
+            return False
+        from proctor.verifiers._candidate import matches
+
+        return any(fnmatch.fnmatchcase(target, p) for p in self.patterns) or matches(
+            normalize_path(target), self.patterns
+        )
 
 
 def _paths(value: Iterable[str]) -> tuple[str, ...]:
@@ -37,6 +77,10 @@ def _paths(value: Iterable[str]) -> tuple[str, ...]:
 
 def _resolved(value: str | Path) -> Path:
     return Path(value).resolve()
+
+
+def _approval_rules(value: Iterable[Approval]) -> tuple[Approval, ...]:
+    return tuple(value)
 
 
 def _checks(value: Iterable[Check]) -> tuple[Check, ...]:
@@ -98,6 +142,11 @@ class Task:
             (see :func:`prepare_workspace`); None uses the workspace as it is.
         prices: model prices for the cost of model calls (the built-in table,
             extended by a task file's ``[prices]``).
+        answer_wait: seconds a run waits for a person's answer to a
+            ``needs_input`` claim (working time paused); 0 ends the run
+            ``needs_input`` at once, as past the wait.
+        approvals: tool calls that wait for ``proctor approve`` / ``proctor deny``.
+        approval_wait: seconds a call waits for approval; past it the call is refused.
         limits: the sizes that bound the work on what the actor sends (argument
             size, command length, file size written, output kept, snapshot size,
             nesting depth); see ``docs/robustness.md``.
@@ -122,6 +171,9 @@ class Task:
     template: Path | None = None
     prices: PriceTable = attrs.field(factory=PriceTable)
     limits: Limits = attrs.field(factory=Limits)
+    answer_wait: float = 0.0
+    approvals: tuple[Approval, ...] = attrs.field(default=(), converter=_approval_rules)
+    approval_wait: float = 600.0
 
     def __attrs_post_init__(self) -> None:
         if self.workspace == Path(self.workspace.anchor):
@@ -129,6 +181,14 @@ class Task:
                 f"the workspace is {self.workspace}, the filesystem's root: freezing it would "
                 "copy the whole filesystem; give the project's own directory"
             )
+        for name in ("answer_wait", "approval_wait"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value >= 0)
+            ):
+                raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}")
         names = [c.name for c in self.checks]
         if len(set(names)) != len(names):
             raise ConfigError(f"check names must be unique, got {names}")
@@ -197,6 +257,9 @@ class Task:
             "command_time_limit": self.command_time_limit,
             "template": None if self.template is None else str(self.template),
             "limits": self.limits.settings(),
+            "answer_wait": self.answer_wait,
+            "approvals": [{"tool": a.tool, "patterns": list(a.patterns)} for a in self.approvals],
+            "approval_wait": self.approval_wait,
             # The whole table, built-in prices included: a resumed run charges its
             # model calls as the first did, whatever this proctor's table says.
             "prices": {
@@ -260,6 +323,11 @@ class Task:
             task_id=task_id,
             limits=Limits.from_mapping(data.get("limits") or {}),
             template=None if data.get("template") is None else Path(data["template"]),
+            answer_wait=float(data.get("answer_wait", 0.0)),
+            approvals=tuple(
+                Approval(a["tool"], tuple(a["patterns"])) for a in data.get("approvals", [])
+            ),
+            approval_wait=float(data.get("approval_wait", 600.0)),
             prices=PriceTable()
             if data.get("prices") is None
             else PriceTable(
@@ -340,8 +408,17 @@ class TaskFile:
     actor: ActorSpec
 
 
-_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "limits")
-_TASK = ("goal", "workspace", "kind", "id", "command_time_limit", "ignore", "template")
+_TOP = ("task", "checks", "contract", "budget", "policy", "actor", "prices", "limits", "approve")
+_TASK = (
+    "goal",
+    "workspace",
+    "kind",
+    "id",
+    "command_time_limit",
+    "ignore",
+    "template",
+    "answer_wait",
+)
 _CHECK = ("name", "run", "expect_exit", "time_limit", "required", "junit", "files", "pattern")
 _CONTRACT = ("protected", "scope", "required_files")
 
@@ -533,6 +610,29 @@ def _actor_spec(where: _Where, table: Mapping[str, Any], base: Path) -> ActorSpe
     return ActorSpec(kind, None, options)
 
 
+def _approvals(where: _Where, table: Mapping[str, Any]) -> tuple[tuple[Approval, ...], float]:
+    """An ``[approve]`` table: ``TOOL = ["PATTERN", ...]`` and ``wait_seconds``."""
+    wait = table.get("wait_seconds", 600.0)
+    if (
+        isinstance(wait, bool)
+        or not isinstance(wait, int | float)
+        or not (math.isfinite(wait) and wait >= 0)
+    ):
+        raise where.error("approve.wait_seconds", f"must be a number of seconds >= 0, got {wait!r}")
+    rules = []
+    for tool, patterns in table.items():
+        if tool == "wait_seconds":
+            continue
+        field = f"approve.{tool}"
+        if not _str_list(where, patterns, field) or not all(p.strip() for p in patterns):
+            raise where.error(
+                field,
+                'must list non-empty glob patterns, e.g. ["git push*"] or ["*"] for every call',
+            )
+        rules.append(Approval(tool, tuple(patterns)))
+    return tuple(rules), float(wait)
+
+
 def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     """
     Parse a task file's text. Relative paths are relative to the file's directory.
@@ -593,6 +693,17 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     task_id = task.get("id")
     if task_id is not None and (not isinstance(task_id, str) or not task_id):
         raise where.error("task.id", "must be a non-empty string")
+
+    answer_wait = task.get("answer_wait", 0.0)
+    if (
+        isinstance(answer_wait, bool)
+        or not isinstance(answer_wait, int | float)
+        or not (math.isfinite(answer_wait) and answer_wait >= 0)
+    ):
+        raise where.error(
+            "task.answer_wait", f"must be a number of seconds >= 0, got {answer_wait!r}"
+        )
+    approvals, approval_wait = _approvals(where, _table(where, data, "approve"))
 
     raw_checks = data.get("checks", [])
     if not isinstance(raw_checks, list):
@@ -691,6 +802,9 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             template=template_path,
             prices=prices,
             limits=size_limits,
+            answer_wait=float(answer_wait),
+            approvals=approvals,
+            approval_wait=approval_wait,
         )
     except ConfigError as exc:
         raise where.error("checks", str(exc)) from None

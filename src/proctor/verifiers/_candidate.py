@@ -1,13 +1,16 @@
 """
 The candidate: the workspace's content as it stands, its digest and its frozen snapshot.
 
-A candidate is identified by its *tree digest*: a blake2b digest over the sorted
-files of the workspace (directories themselves are not hashed, so an empty
-directory changes nothing). Each file contributes its relative POSIX path, its
-kind and the mode bit that matters (regular, executable, or symlink) and a
-digest of its content (for a symlink: the text of its target; symlinks are never
-followed). Ignored paths (caches, virtual environments, version control, proctor's
-own state) do not count.
+A candidate is identified by its *tree digest*: a Merkle tree of blake2b
+digests over the workspace's directories. A directory's node digest covers the
+sorted names of its entries with each entry's digest; a file's entry digest
+covers its kind and the mode bit that matters (regular, executable, or symlink)
+and a digest of its content (for a symlink: the text of its target; symlinks are
+never followed). A directory without files contributes nothing, so an empty
+directory changes nothing. Ignored paths (caches, virtual environments, version
+control, proctor's own state) do not count. Because a change re-hashes only its
+path to the root, :class:`TreeHasher` keeps the digest of a large workspace
+current in time proportional to what changed (see its ``watch`` argument).
 
 The verifier never judges the live workspace: it judges a snapshot made by
 :func:`freeze`, and binds its evidence to the digest of that snapshot.
@@ -24,7 +27,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Final
@@ -32,6 +35,7 @@ from typing import Final
 import attrs
 
 from proctor._errors import CandidateTooLarge, ConfigError
+from proctor.verifiers._watch import TreeWatcher, open_watcher
 
 __all__ = (
     "DEFAULT_IGNORE",
@@ -59,7 +63,7 @@ DEFAULT_IGNORE: tuple[str, ...] = (
 )
 """Paths that are never part of a candidate: version control, caches, environments."""
 
-_TREE_HEADER: Final = b"proctor-tree-v1\0"
+_TREE_HEADER: Final = b"proctor-tree-v2\0"
 _DIGEST_SIZE: Final = 32
 _CHUNK: Final = 1 << 20
 
@@ -168,16 +172,27 @@ def matches(path: str, patterns: Sequence[str]) -> bool:
 # --------------------------------------------------------------------------- walking
 
 
-def _walk(root: Path, matcher: _Matcher) -> Iterator[tuple[str, os.DirEntry[str]]]:
+def _walk(
+    root: Path | str,
+    matcher: _Matcher,
+    start: str = "",
+    entering: Callable[[str], None] | None = None,
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
     """
     Yield ``(relative path, entry)`` for every entry not ignored, parents first.
 
     Directories are yielded before their contents, symlinks are never followed and
-    an ignored directory is not entered.
+    an ignored directory is not entered. ``start`` walks only the subtree at that
+    relative path; ``entering`` is called with each directory's relative path just
+    before it is listed (a watcher watches it there, so nothing made after the
+    listing is missed).
     """
-    stack: list[tuple[str, str]] = [("", os.fspath(root))]
+    top = os.path.join(os.fspath(root), start) if start else os.fspath(root)
+    stack: list[tuple[str, str]] = [(f"{start}/" if start else "", top)]
     while stack:
         prefix, directory = stack.pop()
+        if entering is not None:
+            entering(prefix[:-1])
         try:
             with os.scandir(directory) as it:
                 entries = sorted(it, key=lambda entry: entry.name)
@@ -206,16 +221,27 @@ def _content_digest(path: str) -> str:
         return hashlib.file_digest(file, _new_hash).hexdigest()
 
 
-def _combine(files: dict[str, str]) -> str:
+def _node_digest(children: dict[str, str]) -> str:
+    """The digest of a directory from its entries' names and digests (``d:`` marks a directory)."""
     tree = _new_hash()
     tree.update(_TREE_HEADER)
-    for rel in sorted(files):
-        # Paths never contain NUL, so NUL-separated records are unambiguous.
-        tree.update(os.fsencode(rel) + b"\0" + files[rel].encode() + b"\0")
+    for name in sorted(children):
+        # Names never contain NUL or "/", so NUL-separated records are unambiguous.
+        tree.update(os.fsencode(name) + b"\0" + children[name].encode() + b"\0")
     return tree.hexdigest()
 
 
-EMPTY_TREE_DIGEST: Final[str] = _combine({})
+def _parent(rel: str) -> tuple[str, str]:
+    """Split a relative path into its directory (``""`` for the root) and its name."""
+    head, _, name = rel.rpartition("/")
+    return head, name
+
+
+def _depth(rel: str) -> int:
+    return rel.count("/") + 1 if rel else 0
+
+
+EMPTY_TREE_DIGEST: Final[str] = _node_digest({})
 """The digest of a tree without files (an empty workspace, or one with only ignored paths)."""
 
 
@@ -256,11 +282,23 @@ class TreeHasher:
     """
     Compute a workspace's tree digest, incrementally.
 
-    The hasher remembers, per file, its stat signature (size, mtime, inode, device,
-    ctime) and its content digest, and reads again only files whose signature
-    changed. A file changed within the last ``racy_window`` seconds is read again on
-    every computation until it is older than that: two writes within one timestamp
-    tick can leave every stat field unchanged (the "racily clean" problem).
+    The hasher keeps the Merkle tree of the last computation: each file's entry
+    digest and each directory's node digest. A change re-hashes the changed
+    files and the directories on their paths to the root, nothing else.
+
+    Where changes come from: with ``watch`` (Linux), the kernel reports every
+    changed path (inotify, see :mod:`proctor.verifiers._watch`), so a digest after
+    a command that changed nothing costs no walk at all, and one after a command
+    that changed k files costs O(k) stat calls and hashes. Without ``watch``, or
+    whenever the kernel cannot tell (an overflowed queue, a renamed directory),
+    or when the caller asks for ``full``, the tree is walked: every file is
+    stat'ed and read again only when its stat signature (size, mtime, inode,
+    device, ctime) changed. On a walk, a file changed within the last
+    ``racy_window`` seconds is read again every time until it is older than
+    that: two writes within one timestamp tick can leave every stat field
+    unchanged (the "racily clean" problem). A watched file is read again at every
+    event that names it, so the window does not apply.
+
     Symlinks are hashed by their target text and never followed; other special
     files (FIFOs, sockets, devices) are skipped. A regular file that cannot be read
     is hashed by its size and mtime.
@@ -270,63 +308,245 @@ class TreeHasher:
         ignore: glob patterns of paths that are not part of the candidate, with the
             semantics of :func:`matches`.
         racy_window: seconds during which a changed file's cached digest is not
-            trusted. The default covers the coarsest common timestamp granularity
-            (two seconds, FAT); 0 trusts the stat signature at once.
+            trusted on a walk. The default covers the coarsest common timestamp
+            granularity (two seconds, FAT); 0 trusts the stat signature at once.
+        watch: learn changes from the kernel where it can tell them; call
+            :meth:`close` when done.
     """
 
     root: Path = attrs.field(converter=Path)
     ignore: tuple[str, ...] = attrs.field(default=DEFAULT_IGNORE, converter=_as_patterns)
     racy_window: float = 2.0
+    watch: bool = False
     _cache: dict[str, tuple[_StatKey, str]] = attrs.field(init=False, factory=dict)
     _files: dict[str, str] = attrs.field(init=False, factory=dict)
+    # The tree: per directory with files beneath it, its entries' digests by name;
+    # per directory walked (with files or not), the names of its subdirectories.
+    _children: dict[str, dict[str, str]] = attrs.field(init=False, factory=dict)
+    _subdirs: dict[str, set[str]] = attrs.field(init=False, factory=dict)
+    _digest: str | None = attrs.field(init=False, default=None)
+    _watcher: TreeWatcher | None = attrs.field(init=False, default=None)
+    _pending: set[str] = attrs.field(init=False, factory=set)
     _statistics: TreeStatistics = attrs.field(init=False, factory=TreeStatistics)
 
-    def digest(self) -> str:
+    def digest(self, *, full: bool = False) -> str:
         """
         Compute the tree digest of the workspace as it stands.
+
+        Args:
+            full: walk the whole tree even where the kernel reports changes (what
+                a digest that evidence is bound to uses).
 
         Raises:
             FileNotFoundError: the root directory does not exist.
             NotADirectoryError: the root is not a directory.
         """
         matcher = _compile(self.ignore)
+        if not full and self._digest is not None and self._watcher is not None:
+            changed = self._watcher.drain()
+            if changed is not None:
+                for rel in self._pending:
+                    changed.setdefault(rel, False)
+                return self._update(changed, matcher)
+        return self._walk_all(matcher)
+
+    def _walk_all(self, matcher: _Matcher) -> str:
+        watcher = self._watcher
+        if self.watch:
+            if watcher is None:
+                watcher = self._watcher = open_watcher(os.fspath(self.root))
+            else:
+                watcher.reset()
         files: dict[str, str] = {}
         cache: dict[str, tuple[_StatKey, str]] = {}
-        hashed = 0
-        bytes_hashed = 0
+        subdirs: dict[str, set[str]] = {"": set()}
+        hashed = bytes_hashed = 0
         trusted_before = time.time_ns() - int(self.racy_window * 1e9)
-        for rel, entry in _walk(self.root, matcher):
+        entering = watcher.watch if watcher is not None else None
+        for rel, entry in _walk(self.root, matcher, entering=entering):
+            if entry.is_dir(follow_symlinks=False):
+                subdirs[rel] = set()
+                subdirs[_parent(rel)[0]].add(_parent(rel)[1])
+                continue
             try:
                 st = entry.stat(follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    target = os.fsencode(os.readlink(entry.path))
-                    content = hashlib.blake2b(target, digest_size=_DIGEST_SIZE).hexdigest()
-                    files[rel] = _entry_digest(b"l", content)
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                key = _stat_key(st)
                 cached = self._cache.get(rel)
-                if cached is not None and cached[0] == key:
-                    content = cached[1]
-                else:
-                    try:
-                        content = _content_digest(entry.path)
-                    except PermissionError:
-                        content = f"unreadable:{st.st_size}:{st.st_mtime_ns}"
-                    hashed += 1
-                    bytes_hashed += st.st_size
+                digest, read = self._entry(entry.path, st, cached)
             except (FileNotFoundError, NotADirectoryError):
                 # Removed or replaced between listing and reading: the next digest sees it.
                 continue
-            if max(st.st_mtime_ns, st.st_ctime_ns) < trusted_before:
-                cache[rel] = (key, content)
-            kind = b"x" if st.st_mode & stat.S_IXUSR else b"f"
-            files[rel] = _entry_digest(kind, content)
+            if digest is None:
+                continue
+            if read:
+                hashed += 1
+                bytes_hashed += st.st_size
+            if stat.S_ISREG(st.st_mode) and max(st.st_mtime_ns, st.st_ctime_ns) < trusted_before:
+                cache[rel] = (_stat_key(st), digest[1])
+            files[rel] = digest[0]
         self._cache = cache
         self._files = files
+        self._subdirs = subdirs
+        self._pending.clear()
+        self._children = {}
+        for rel, entry_digest in files.items():
+            head, name = _parent(rel)
+            self._children.setdefault(head, {})[name] = entry_digest
+        self._digest = self._rehash(set(self._children))
         self._statistics = TreeStatistics(len(files), hashed, bytes_hashed)
-        return _combine(files)
+        return self._digest
+
+    @staticmethod
+    def _entry(
+        path: str, st: os.stat_result, cached: tuple[_StatKey, str] | None
+    ) -> tuple[tuple[str, str] | None, bool]:
+        """
+        Return ``((entry digest, content digest), whether the content was read)``.
+
+        The entry is None for what is not part of a candidate (special files).
+        """
+        if stat.S_ISLNK(st.st_mode):
+            target = os.fsencode(os.readlink(path))
+            content = hashlib.blake2b(target, digest_size=_DIGEST_SIZE).hexdigest()
+            return (_entry_digest(b"l", content), content), False
+        if not stat.S_ISREG(st.st_mode):
+            return None, False
+        read = False
+        if cached is not None and cached[0] == _stat_key(st):
+            content = cached[1]
+        else:
+            try:
+                content = _content_digest(path)
+            except PermissionError:
+                content = f"unreadable:{st.st_size}:{st.st_mtime_ns}"
+            read = True
+        kind = b"x" if st.st_mode & stat.S_IXUSR else b"f"
+        return (_entry_digest(kind, content), content), read
+
+    def _update(self, changed: dict[str, bool], matcher: _Matcher) -> str:
+        """Apply the changed paths the kernel reported to the tree; return the new digest."""
+        self._pending.clear()
+        if not changed:
+            self._statistics = TreeStatistics(len(self._files), 0, 0)
+            assert self._digest is not None
+            return self._digest
+        dirty: set[str] = set()
+        hashed = bytes_hashed = 0
+        # Parents first: a new directory is walked whole, so its own reported
+        # entries are then already known.
+        for rel in sorted(changed, key=_depth):
+            head, name = _parent(rel)
+            if head not in self._subdirs or matcher.matches_self(rel, name):
+                continue
+            path = os.path.join(self.root, rel)
+            try:
+                st = os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                self._remove(rel, dirty)
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if rel in self._subdirs and not changed[rel]:
+                    continue
+                self._remove(rel, dirty)
+                h, b = self._add_directory(rel, matcher, dirty)
+                hashed += h
+                bytes_hashed += b
+                continue
+            if rel in self._subdirs:
+                self._remove(rel, dirty)
+            try:
+                # The kernel named it: read it again whatever its stat signature.
+                digest, read = self._entry(path, st, None)
+            except (FileNotFoundError, NotADirectoryError):
+                self._remove(rel, dirty)
+                continue
+            if digest is None:
+                self._remove(rel, dirty)
+                continue
+            hashed += read
+            bytes_hashed += st.st_size if read else 0
+            self._cache.pop(rel, None)
+            if self._files.get(rel) != digest[0]:
+                self._files[rel] = digest[0]
+                self._children.setdefault(head, {})[name] = digest[0]
+                dirty.add(head)
+        self._digest = self._rehash(dirty)
+        self._statistics = TreeStatistics(len(self._files), hashed, bytes_hashed)
+        return self._digest
+
+    def _add_directory(self, rel: str, matcher: _Matcher, dirty: set[str]) -> tuple[int, int]:
+        """Walk a directory that appeared, watching it and its subdirectories."""
+        head, name = _parent(rel)
+        self._subdirs[head].add(name)
+        self._subdirs[rel] = set()
+        watcher = self._watcher
+        entering = watcher.watch if watcher is not None else None
+        hashed = bytes_hashed = 0
+        for sub, entry in _walk(self.root, matcher, start=rel, entering=entering):
+            sub_head, sub_name = _parent(sub)
+            if entry.is_dir(follow_symlinks=False):
+                self._subdirs[sub_head].add(sub_name)
+                self._subdirs.setdefault(sub, set())
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                digest, read = self._entry(entry.path, st, None)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if digest is None:
+                continue
+            hashed += read
+            bytes_hashed += st.st_size if read else 0
+            self._files[sub] = digest[0]
+            self._children.setdefault(sub_head, {})[sub_name] = digest[0]
+            dirty.add(sub_head)
+        return hashed, bytes_hashed
+
+    def _remove(self, rel: str, dirty: set[str]) -> None:
+        """Forget a path, and everything beneath it when it was a directory."""
+        head, name = _parent(rel)
+        if rel in self._files:
+            del self._files[rel]
+            self._cache.pop(rel, None)
+            self._children.get(head, {}).pop(name, None)
+            dirty.add(head)
+        if rel not in self._subdirs:
+            return
+        for sub in list(self._subdirs[rel]):
+            self._remove(f"{rel}/{sub}", dirty)
+        for child in list(self._children.get(rel, {})):
+            self._remove(f"{rel}/{child}", dirty)
+        del self._subdirs[rel]
+        self._subdirs[head].discard(name)
+        self._children.pop(rel, None)
+        if self._children.get(head, {}).pop(name, None) is not None:
+            dirty.add(head)
+        dirty.discard(rel)
+
+    def _rehash(self, dirty: set[str]) -> str:
+        """Recompute the node digests of dirty directories and their ancestors, deepest first."""
+        by_depth: dict[int, set[str]] = {}
+        for rel in dirty:
+            by_depth.setdefault(_depth(rel), set()).add(rel)
+        for depth in range(max(by_depth, default=0), 0, -1):
+            for rel in by_depth.get(depth, ()):
+                head, name = _parent(rel)
+                children = self._children.get(rel)
+                parent = self._children.setdefault(head, {})
+                if children:
+                    node = "d:" + _node_digest(children)
+                    if parent.get(name) == node:
+                        continue
+                    parent[name] = node
+                else:
+                    self._children.pop(rel, None)
+                    if parent.pop(name, None) is None:
+                        continue
+                by_depth.setdefault(depth - 1, set()).add(head)
+        root = self._children.get("")
+        if not root:
+            self._children.pop("", None)
+            return EMPTY_TREE_DIGEST
+        return _node_digest(root)
 
     def files(self) -> dict[str, str]:
         """Return the last computation's files: relative POSIX path to entry digest."""
@@ -349,15 +569,24 @@ class TreeHasher:
         parts = _split_path(path)
         if not parts:
             self._cache.clear()
+            self._digest = None
             return
         rel = "/".join(parts)
         prefix = f"{rel}/"
         for key in [key for key in self._cache if key == rel or key.startswith(prefix)]:
             del self._cache[key]
+        self._pending.add(rel)
 
     def statistics(self) -> TreeStatistics:
         """Return what the last computation did (how many files it read)."""
         return self._statistics
+
+    def close(self) -> None:
+        """Stop watching the tree (the hasher still works, by walking)."""
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
+        self.watch = False
 
 
 def tree_digest(root: Path, ignore: Sequence[str] = DEFAULT_IGNORE) -> str:

@@ -17,6 +17,7 @@ Channels (bounded memory-object streams)::
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import tempfile
 import time
@@ -24,7 +25,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import attrs
@@ -40,6 +41,7 @@ from proctor._errors import (
     EffectError,
     FencedError,
     InputRefused,
+    ProctorError,
     WorkspaceError,
 )
 from proctor._wire import converter, to_jsonable
@@ -49,9 +51,11 @@ from proctor.budgets._accountant import (
     Deadline,
     Denied,
     Granted,
+    Pause,
     Rejected,
     Release,
     Reserve,
+    Resume,
     Retuned,
     RetuneLimit,
     Settle,
@@ -103,7 +107,7 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, VerifyResult
 
-__all__ = ("Controller", "StepCallback", "proposal_refusal")
+__all__ = ("Controller", "StepCallback", "StopRequest", "Wake", "proposal_refusal")
 
 from proctor.runtime._control.trace import (
     _action_event,
@@ -116,7 +120,38 @@ from proctor.runtime._control.trace import (
 log = structlog.get_logger()
 
 StepCallback = Callable[[TraceRecord], None]
-Inbound = Proposal | ActorFinished | ActorCrashed | ActorSpend | VerifyResult | AccountantReply
+
+
+@attrs.frozen
+class StopRequest:
+    """
+    End the run ``stopped``: a signal to the host (``stop_signal``: SIGTERM) or a
+    person (``user_stop``: SIGINT, ``proctor stop``).
+    """
+
+    name: Literal["stop_signal", "user_stop"]
+    who: str = ""
+    why: str = ""
+
+
+@attrs.frozen
+class Wake:
+    """An operator's note is in the journal: read the notes before going on."""
+
+
+Inbound = (
+    Proposal
+    | ActorFinished
+    | ActorCrashed
+    | ActorSpend
+    | VerifyResult
+    | AccountantReply
+    | StopRequest
+    | Wake
+)
+
+#: The notes a person writes to a running run.
+OPERATOR_NOTES = ("stop", "amend", "retune-request", "answer", "approval")
 
 #: How many proposals an actor may still send after the run ended; each is refused.
 AFTER_END_LIMIT = 16
@@ -214,6 +249,16 @@ def proposal_refusal(proposal: Proposal, registry: ToolRegistry, limits: Limits)
     return None
 
 
+def _claim_event(claim: Claim) -> dict[str, Any]:
+    return {
+        "type": "claim",
+        "status": claim.status,
+        "condition": claim.condition,
+        "evidence": list(claim.evidence),
+        "reason": claim.reason,
+    }
+
+
 def _call_amounts(call: ToolCall) -> dict[str, float]:
     """What one tool call costs: a call in all, and one of its tool."""
     return {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
@@ -279,6 +324,13 @@ class Controller:
     _note: str = ""
     _actor_done: bool = False
     handoff: Handoff | None = None
+    #: How often the host says it is alive, and how often it reads operators' notes.
+    heartbeat_seconds: float = 5.0
+    poll_seconds: float = 0.5
+    _stop: StopRequest | None = None
+    _call_scope: anyio.CancelScope | None = None
+    _waiting: str | None = None
+    _watch_seen: int = 0
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -297,6 +349,9 @@ class Controller:
             message = await channels.receive(self.inbox)
             if isinstance(message, Deadline):
                 self._deadline = message
+                continue
+            if isinstance(message, StopRequest | Wake):
+                self._signal(message)
                 continue
             if isinstance(message, kinds) and getattr(message, "ref", None) == ref:
                 return message
@@ -320,8 +375,14 @@ class Controller:
         reply: Settled = await self._reply(ref, (Settled,))
         self.remaining = reply.remaining
 
-    async def _digest(self) -> str:
-        return await anyio.to_thread.run_sync(self.hasher.digest)
+    async def _digest(self, *, full: bool = False) -> str:
+        """
+        The workspace's digest now: from the kernel's changes, or walked in ``full``.
+
+        A digest that evidence is bound to, or that the end of a run is judged
+        by, is always walked: the kernel cannot report every kind of write.
+        """
+        return await anyio.to_thread.run_sync(functools.partial(self.hasher.digest, full=full))
 
     # -- journal ------------------------------------------------------------------
 
@@ -410,21 +471,32 @@ class Controller:
 
     # -- the loop -----------------------------------------------------------------
 
-    async def run(self, greeting: str = "") -> None:
+    async def run(self, greeting: str = "", *, answer: str | None = None) -> None:
         """
         Drive the run until it has a disposition, then fence and drain.
 
         Args:
             greeting: for a resumed run, the summary of its history.
+            answer: for a resumed run, a person's answer to the question its
+                parent ended on: journaled as a ``user`` event, told to the actor.
         """
         greeting += await self._recover_effects()
+        if answer is not None:
+            ruling = attrs.evolve(self.judge.user(answer), reason=f"a person answered: {answer}")
+            await self._record("user", ruling, event={"type": "user", "text": answer})
+            greeting += f"\nA person answered the question the last run ended on:\n{answer}"
         intro = f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}"
         await self._observe(
             ObservationKind.RESUME if greeting else ObservationKind.START,
             f"{intro}\n{greeting}" if greeting else intro,
         )
         while not self.judge.terminal:
+            if self._stop is not None:
+                await self._stopped(self._stop)
+                continue
             await self._amendments()
+            if self.judge.terminal:
+                continue
             if self._deadline is not None:
                 await self._on_deadline(self._deadline)
                 continue
@@ -438,6 +510,8 @@ class Controller:
                 self._deadline = message
             elif isinstance(message, ActorFinished):
                 self._actor_done = True
+                if self._stop is not None:
+                    continue  # stopped: the actor went away because of it
                 await self._wrap_up(
                     lambda: self.judge.fail(
                         "actor_finished",
@@ -450,29 +524,77 @@ class Controller:
                 await self._record("ended", ruling, event=None)
             elif isinstance(message, ActorSpend):
                 await self._actor_spend(message)
+            elif isinstance(message, StopRequest | Wake):
+                self._signal(message)
             elif isinstance(message, ToolCall | Round | Message | Completion | Claim):
                 await self._proposal(message)
             # Stray replies (none are expected) are dropped.
         await self._end()
 
-    async def _retune(self, body: Mapping[str, Any]) -> None:
+    async def _retune(self, note_id: int, body: Mapping[str, Any]) -> None:
         """Hand an operator's change of limits to the accountant, one limit at a time."""
+        reasons: list[str] = []
+        applied = False
+        below: StopReason | None = None
         for dimension, limit in body["limits"].items():
             ref = self._next_ref()
             await self.to_accountant.send(
-                RetuneLimit(ref, dimension, float(limit), body["who"], body["why"])
+                RetuneLimit(
+                    ref,
+                    dimension,
+                    float(limit),
+                    body["who"],
+                    body["why"],
+                    below_spent=bool(body.get("below_spent", False)),
+                )
             )
             reply = await self._reply(ref, (Retuned, Rejected))
             if isinstance(reply, Retuned):
+                applied = True
                 self.remaining = reply.remaining
+                old = reply.retune.old
+                was = "no limit" if old is None else f"{old:g}"
                 reason = (
-                    f"{body['who']} set the {dimension} limit from {reply.retune.old:g} to "
+                    f"{body['who']} set the {dimension} limit from {was} to "
                     f"{reply.retune.new:g}: {body['why']}"
                 )
+                left = reply.remaining.get(dimension)
+                if left is not None and left <= 0 and below is None:
+                    below = StopReason(
+                        code=f"limit:{dimension}",
+                        message=f"budget exhausted: {body['who']} lowered the {dimension} limit "
+                        f"to {reply.retune.new:g}, at or below what is spent: {body['why']}",
+                        owner="operator",
+                        limit=dimension,
+                        bound=reply.retune.new,
+                        scope="task",
+                    )
             else:
                 reason = f"the {dimension} limit was not changed: {reply.reason}"
             await self._record("retune", Ruling(Decision.CONTINUE, False, reason))
+            reasons.append(reason)
             self._note = reason
+        await self._answer_note(note_id, applied, "; ".join(reasons))
+        if below is not None:
+            exhausted = below
+            await self._wrap_up(
+                lambda: self.judge.exhausted(exhausted), {"type": "signal", "name": "deadline"}
+            )
+
+    async def _answer_note(
+        self, note_id: int, applied: bool, message: str, step: int | None = None
+    ) -> None:
+        """Tell the operator who wrote note ``note_id`` what became of it (at ``step``)."""
+        await self.journal.add_note(
+            self.run_id,
+            "reply",
+            {
+                "to": note_id,
+                "outcome": "applied" if applied else "refused",
+                "step": self.step if step is None else step,
+                "message": message,
+            },
+        )
 
     async def _actor_spend(self, spend: ActorSpend) -> None:
         """Settle what the actor's last turn used against what was reserved for it."""
@@ -508,12 +630,19 @@ class Controller:
         for note in notes:
             self._notes_seen = max(self._notes_seen, note["id"])
             body = note["body"]
+            if self.judge.terminal:
+                await self._answer_note(note["id"], False, "the run has ended")
+                continue
             if note["kind"] == "retune-request":
-                await self._retune(body)
+                await self._retune(note["id"], body)
                 continue
             if note["kind"] != "amend":
                 continue
-            self.task = apply_amendment(self.task, body)
+            try:
+                self.task = apply_amendment(self.task, body)
+            except ProctorError as exc:
+                await self._answer_note(note["id"], False, str(exc))
+                continue
             self.judge.amend(self.task.facts(self.registry.specs()), self.task.contract_version)
             await self.journal.put_task(
                 self.task_id, self.task.goal, self.task.describe(), self.task.contract_version
@@ -524,6 +653,231 @@ class Controller:
             )
             await self._record("amend", Ruling(Decision.CONTINUE, False, reason))
             self._note = reason
+            await self._answer_note(note["id"], True, reason)
+
+    # -- people in the loop ---------------------------------------------------------
+
+    def _signal(self, message: StopRequest | Wake) -> None:
+        """Take a stop request or a wake-up that arrived while waiting for something else."""
+        if isinstance(message, Wake):
+            self._notes_newest = None  # read the notes before the next step
+            return
+        # The design's precedence: an explicit stop signal outranks a user's stop.
+        if self._stop is None or (self._stop.name == "user_stop" and message.name == "stop_signal"):
+            self._stop = message
+
+    def interrupt(self, request: StopRequest) -> None:
+        """
+        Stop the run: the call in flight (a long command) is interrupted and its
+        effect left uncertain; the controller ends the run ``stopped`` before its
+        next step. Safe to call from any task of the run's event loop.
+        """
+        self._signal(request)
+        if self._call_scope is not None:
+            self._call_scope.cancel()
+
+    async def _interruptible(self, call: ToolCall) -> ToolResult:
+        """Call a tool; a stop interrupts it, and its outcome is then uncertain."""
+        if self._stop is not None:
+            return ToolResult(ToolStatus.REFUSED, "refused: the run is stopping")
+        with anyio.CancelScope() as scope:
+            self._call_scope = scope
+            try:
+                return await call_tool(self.registry, self.context, call.tool, call.args)
+            finally:
+                self._call_scope = None
+        return ToolResult(
+            ToolStatus.UNCERTAIN,
+            "interrupted: the run was stopped while the call ran; its effect is uncertain",
+        )
+
+    async def _stopped(self, request: StopRequest) -> None:
+        """End the run ``stopped``, journaled with who stopped it and why."""
+        why, who = request.why.strip(), request.who.strip()
+        if who:
+            why = f"{why} ({who})" if why else f"by {who}"
+        ruling = self.judge.signal(request.name, why)
+        await self._record("ended", ruling, event={"type": "signal", "name": request.name})
+
+    async def watch(self, inbox: ObjectSendStream[Inbound]) -> None:
+        """
+        Beat for the run's host and read the operators' notes, until cancelled.
+
+        Every ``heartbeat_seconds`` the journal hears that the host is alive (and
+        what the run waits for); every ``poll_seconds`` the run's new operator
+        notes are read: a stop interrupts the call in flight, any other note
+        wakes the controller if it waits for the actor, an answer or an approval.
+        """
+        async with inbox:
+            beat_due = time.monotonic() + self.heartbeat_seconds
+            while True:
+                await anyio.sleep(min(self.poll_seconds, max(0.0, beat_due - time.monotonic())))
+                try:
+                    if time.monotonic() >= beat_due:
+                        beat_due = time.monotonic() + self.heartbeat_seconds
+                        await self.journal.heartbeat(self.run_id, self.epoch, waiting=self._waiting)
+                    notes = await self.journal.notes(
+                        self.run_id, after=self._watch_seen, kinds=OPERATOR_NOTES
+                    )
+                except ProctorError as exc:
+                    log.warning("controller.watch_failed", error=str(exc))
+                    continue
+                for note in notes:
+                    self._watch_seen = max(self._watch_seen, note["id"])
+                    if note["kind"] == "stop":
+                        body = note["body"]
+                        request = StopRequest(
+                            "user_stop", str(body.get("who", "")), str(body.get("why", ""))
+                        )
+                        self.interrupt(request)
+                        await inbox.send(request)
+                    else:
+                        await inbox.send(Wake())
+
+    async def _beat(self) -> None:
+        """Say now what the run waits for (the heartbeat would say it later)."""
+        with contextlib.suppress(ProctorError):
+            await self.journal.heartbeat(self.run_id, self.epoch, waiting=self._waiting)
+
+    async def _wait_for(
+        self, kind: str, after: int, seconds: float, why: str
+    ) -> Mapping[str, Any] | None:
+        """
+        Wait, working time paused, for an operator's note of ``kind`` after note
+        ``after``; None when ``seconds`` passed, the run was stopped or the wall
+        clock ran out first (the controller then acts on that).
+        """
+        self._waiting = kind
+        await self._beat()
+        await channels.send(self.to_accountant, Pause(self._next_ref(), why))
+        try:
+            with anyio.move_on_after(seconds):
+                while True:
+                    found = await self.journal.notes(self.run_id, after=after, kinds=(kind,))
+                    if found:
+                        return found[0]
+                    message = await channels.receive(self.inbox)
+                    if isinstance(message, Deadline):
+                        self._deadline = message
+                        return None
+                    if isinstance(message, StopRequest):
+                        self._signal(message)
+                        return None
+                    if isinstance(message, Wake):
+                        # An amendment or a retune is applied while the run waits.
+                        self._notes_newest = None
+                        await self._amendments()
+                        if self.judge.terminal:
+                            return None
+                    else:
+                        self._stash.append(message)
+            return None
+        finally:
+            with anyio.move_on_after(5, shield=True):
+                self._waiting = None
+                await channels.send(self.to_accountant, Resume(self._next_ref()))
+                await self._beat()
+
+    async def _ask(self, claim: Claim) -> None:
+        """
+        A ``needs_input`` claim that names what it must: journal the question and
+        wait for a person's answer; past the task's ``answer_wait`` the run ends
+        ``needs_input`` as the claim asked.
+        """
+        question = claim.condition.strip()
+        ruling = Ruling(
+            Decision.CONTINUE,
+            False,
+            f"waiting up to {self.task.answer_wait:g} s for an answer: {question}",
+        )
+        # No trajectory event: a recorded trajectory holds the answer (a user event)
+        # or, past the wait, the claim that ended the run.
+        await self._record("question", ruling, event=None)
+        asked = await self.journal.add_note(
+            self.run_id,
+            "question",
+            {
+                "condition": question,
+                "evidence": list(claim.evidence),
+                "reason": claim.reason,
+                "step": self.step,
+            },
+        )
+        log.warning(
+            "controller.waiting_for_answer",
+            question=question,
+            answer=f'proctor answer {self.run_id} "..."',
+            wait_seconds=self.task.answer_wait,
+        )
+        note = await self._wait_for("answer", asked, self.task.answer_wait, f"answer: {question}")
+        if note is None:
+            if self._stop is not None or self._deadline is not None or self.judge.terminal:
+                return
+            ruling = self.judge.claim(claim)
+            await self._record("claim", ruling, event=_claim_event(claim))
+            return
+        body = note["body"]
+        text, who = str(body.get("text", "")), str(body.get("who", "") or "a person")
+        ruling = attrs.evolve(self.judge.user(text), reason=f"{who} answered: {text}")
+        await self._record("user", ruling, event={"type": "user", "text": text})
+        await self._answer_note(note["id"], True, "delivered to the actor")
+        await self._observe(
+            ObservationKind.ANSWER, f"{who} answered your question ({question}):\n{text}"
+        )
+
+    def _approval_needed(self, call: ToolCall) -> bool:
+        if not self.task.approvals:
+            return False
+        return any(rule.matches(call.tool, self._target(call)) for rule in self.task.approvals)
+
+    def _target(self, call: ToolCall) -> str | None:
+        """What an approval pattern is matched against: the call's target argument."""
+        try:
+            spec = self.registry.spec(call.tool)
+        except (KeyError, ProctorError):
+            return None
+        for name in (*spec.targets, *spec.paths, *((spec.source,) if spec.source else ())):
+            value = call.args.get(name)
+            if isinstance(value, str):
+                return value
+        return None
+
+    async def _approval(self, call: ToolCall) -> str | None:
+        """Wait for a person to approve ``call``; the reason it is refused, or None."""
+        target = self._target(call)
+        shown = f"{call.tool} {target}" if target is not None else call.tool
+        request = await self.journal.add_note(
+            self.run_id,
+            "approval-request",
+            {"tool": call.tool, "args": call.args, "target": target, "step": self.step + 1},
+        )
+        # A warning: the person at the host's terminal sees it at the default level.
+        log.warning(
+            "controller.waiting_for_approval",
+            call=shown,
+            approve=f"proctor approve {self.run_id}",
+            deny=f"proctor deny {self.run_id} --why ...",
+        )
+        note = await self._wait_for(
+            "approval", request, self.task.approval_wait, f"approval: {shown}"
+        )
+        if note is None:
+            if self._stop is not None or self._deadline is not None or self.judge.terminal:
+                return f"approval: the run is ending; {shown} was not sent"
+            return (
+                f"approval: no one approved {shown} within {self.task.approval_wait:g} s; "
+                "the call was not sent"
+            )
+        body = note["body"]
+        who = str(body.get("who", "") or "an operator")
+        if body.get("approved"):
+            await self._answer_note(note["id"], True, f"{shown} runs", self.step + 1)
+            return None
+        why = str(body.get("why", "")).strip() or "no reason given"
+        await self._answer_note(
+            note["id"], True, f"{shown} was not sent; the actor is told why", self.step + 1
+        )
+        return f"denied by {who}: {why}; {shown} was not sent"
 
     def _refusal(self, proposal: Proposal) -> str | None:
         return proposal_refusal(proposal, self.registry, self.task.limits)
@@ -592,15 +946,15 @@ class Controller:
                 refused: dict[str, Any] = {"type": "refused", "reason": reason}
                 await self._report(await self._record("claim", ruling, event=refused), ruling)
                 return
+            if (
+                proposal.status == "needs_input"
+                and self.task.answer_wait > 0
+                and not self.judge.claim_missing(proposal)
+            ):
+                await self._ask(proposal)
+                return
             ruling = self.judge.claim(proposal)
-            event = {
-                "type": "claim",
-                "status": proposal.status,
-                "condition": proposal.condition,
-                "evidence": list(proposal.evidence),
-                "reason": proposal.reason,
-            }
-            record = await self._record("claim", ruling, event=event)
+            record = await self._record("claim", ruling, event=_claim_event(proposal))
             await self._report(record, ruling)
 
     async def _report(self, record: TraceRecord, ruling: Ruling) -> None:
@@ -617,6 +971,8 @@ class Controller:
     def _lone_read(self, proposal: Proposal) -> ToolCall | None:
         """Return the proposal if it is one call that will run and changes nothing."""
         if not isinstance(proposal, ToolCall) or self.judge.admit(proposal) is not None:
+            return None
+        if self._approval_needed(proposal):
             return None
         return None if self.registry.spec(proposal.tool).effectful else proposal
 
@@ -665,6 +1021,10 @@ class Controller:
             refusal = self.judge.admit(call)
             if refusal is not None:
                 return Refused(call, refusal)
+            if self._approval_needed(call):
+                refusal = await self._approval(call)
+                if refusal is not None:
+                    return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
         amounts = _call_amounts(call)
         if spec.effectful:
@@ -681,7 +1041,7 @@ class Controller:
                 if isinstance(paid, Exhaustion):
                     return Refused(call, f"budget: {paid.describe()}; the call was not sent")
             before = self.judge.digest
-            outcome = await call_tool(self.registry, self.context, call.tool, call.args)
+            outcome = await self._interruptible(call)
         if isinstance(outcome, Refused):
             return outcome
         if len(outcome.output) >= 8_192:
@@ -743,6 +1103,10 @@ class Controller:
             await self._settle_effect(key, state, {"status": result.status.value})
             if state is not EffectState.UNCERTAIN:
                 return result
+            if self._stop is not None:
+                # Interrupted by a stop: the effect stays uncertain, for a resume to
+                # reconcile; nothing is sent again.
+                return result
             verdict = await self._reconcile(key)
             if verdict == "applied":
                 return attrs.evolve(
@@ -802,7 +1166,7 @@ class Controller:
         """Call the tool with the effect's key in context; a cancellation leaves it uncertain."""
         try:
             with effect_key(key):
-                return await call_tool(self.registry, self.context, call.tool, call.args)
+                return await self._interruptible(call)
         except BaseException:
             with anyio.move_on_after(5, shield=True):
                 await self._settle_effect(key, EffectState.UNCERTAIN, {"status": "cancelled"})
@@ -859,7 +1223,7 @@ class Controller:
             report: tell the actor the verdict (it asked for it); a wrap-up
                 verification that the actor did not ask for reports nothing.
         """
-        current = await self._digest()
+        current = await self._digest(full=True)
         self.judge.observe_candidate(current)
         known = self.judge.evidence.get((current, self.judge.contract_version), {})
         names = [c.name for c in self.task.all_checks()]
@@ -1000,7 +1364,7 @@ class Controller:
     async def _end(self) -> None:
         """Fence the run, tell the actor, refuse whatever it still sends."""
         assert self.judge.disposition is not None
-        self.final_digest = await self._digest()
+        self.final_digest = await self._digest(full=True)
         spend = await self.journal.spend_totals(self.task_id)
         # The task's evidence, from every run: a resumed run hands off what it inherited.
         records = await self.journal.evidence(task_id=self.task_id)
@@ -1030,7 +1394,9 @@ class Controller:
         ):
             self.to_actor.send_nowait(ended)
         with anyio.move_on_after(AFTER_END_WAIT * AFTER_END_LIMIT):
-            for _ in range(0 if self._actor_done else AFTER_END_LIMIT):
+            # A stopped run does not wait for the actor: a person asked it to end now.
+            drain = 0 if self._actor_done or self._stop is not None else AFTER_END_LIMIT
+            for _ in range(drain):
                 with anyio.move_on_after(AFTER_END_WAIT) as scope:
                     message = await self._receive()
                 if scope.cancelled_caught or isinstance(message, ActorFinished | ActorCrashed):

@@ -11,26 +11,29 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import anyio
+import attrs
 import structlog
 from anyio.abc import ObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
-from proctor._errors import FencedError, ProctorError, RunHeld
+from proctor._errors import FencedError, ProctorError, RunHeld, WorkspaceBusyError
 from proctor.budgets._accountant import (
     AccountantRequest,
     run_accountant,
 )
 from proctor.budgets._budget import Ledger
 from proctor.runtime._actors.base import Actor, run_actor
-from proctor.runtime._control.controller import Controller, Inbound, StepCallback
+from proctor.runtime._control.controller import Controller, Inbound, StepCallback, StopRequest
 from proctor.runtime._control.history import load_effects, load_history
 from proctor.runtime._control.trace import _leaves
 from proctor.runtime._effects.ledger import (
     EffectLedger,
 )
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
+from proctor.runtime._journal.base import RUNNING, STALE, RunRow
 from proctor.runtime._outcome import Candidate, RunResult
 from proctor.runtime._progress.judge import Judge
 from proctor.runtime._records import (
@@ -39,15 +42,213 @@ from proctor.runtime._records import (
     ObservationKind,
 )
 from proctor.runtime._task import Task, prepare_workspace
-from proctor.runtime._tools.process import ProcessGroups, group_alive
+from proctor.runtime._tools.process import ProcessGroups, group_alive, pid_alive
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry
 from proctor.runtime._tools.workspace import Workspace
 from proctor.verifiers._candidate import TreeHasher
 from proctor.verifiers._verifier import VerifyRequest, run_verifier
 
-__all__ = ("holder_alive", "holder_token", "run", "start_run")
+__all__ = ("HEARTBEAT_SECONDS", "Stopper", "holder_alive", "holder_token", "run", "start_run")
 
 log = structlog.get_logger()
+
+#: How often, by default, a run's host says in the journal that it is alive.
+HEARTBEAT_SECONDS = 5.0
+
+# The runs this process hosts now: a run of this process that is not here is dead,
+# whatever its heartbeat says (its host raised, or a test simulated a crash).
+_HOSTED: set[str] = set()
+
+
+@attrs.define(eq=False)
+class Stopper:
+    """
+    Stop the runs of this process from outside them: a signal handler, a supervisor.
+
+    Pass it to :func:`run` (or ``resume``, ``work``): :meth:`stop` ends the run
+    ``stopped``, the call in flight interrupted (its effect uncertain), its
+    children ended, its handoff journaled. Once stopped it stays stopped: a
+    worker takes no more runs, and a run started with it stops at once.
+    """
+
+    _requests: list[StopRequest] = attrs.field(factory=list, init=False)
+    _event: anyio.Event | None = attrs.field(default=None, init=False)
+
+    def stop(self, name: Literal["user_stop", "stop_signal"] = "user_stop", why: str = "") -> None:
+        """
+        Ask the runs to stop; returns at once.
+
+        Args:
+            name: ``user_stop`` (a person: SIGINT) or ``stop_signal`` (the host
+                is told to stop: SIGTERM), which outranks it.
+            why: said in the stop reason.
+        """
+        self._requests.append(StopRequest(name, "", why))
+        if self._event is not None:
+            self._event.set()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return bool(self._requests)
+
+    async def wait(self) -> StopRequest:
+        """Wait until :meth:`stop` is called; return the strongest request."""
+        if not self._requests:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+        named = [r for r in self._requests if r.name == "stop_signal"]
+        return named[0] if named else self._requests[0]
+
+
+async def _hold_workspace(
+    journal: JournalLike, task: Task, run_id: str, *, resuming_task: str | None
+) -> None:
+    """
+    Refuse a run on a workspace that a live run holds; close the stale runs that
+    hold it (their host stopped beating, or died on this machine).
+
+    Args:
+        resuming_task: for a resume, the task's id: its own stale runs are closed
+            by :func:`_close_interrupted`, which names the successor.
+
+    Raises:
+        WorkspaceBusyError: a live run holds the workspace.
+    """
+    host = socket.gethostname()
+    for row in await journal.live_runs(str(task.workspace)):
+        if row.run_id == run_id:
+            break  # the runs after this one came later: they yield to it
+        state, since = _liveness(row, host)
+        if state == STALE:
+            if row.owner is None and row.task_id != resuming_task:
+                await _close_stale(journal, row, since, host)
+            continue
+        raise WorkspaceBusyError(
+            f"run {row.run_id} holds the workspace {task.workspace} ({state} on "
+            f"{row.host or 'an unknown host'}, pid {row.pid}, since {_iso(since)}): stop it "
+            f"(proctor stop {row.run_id}) or wait for it to end"
+        )
+
+
+def _liveness(row: RunRow, host: str) -> tuple[str, float]:
+    """Whether a running run lives: exact for this process's runs, else by pid and heartbeat."""
+    mine = row.host == host and row.pid == os.getpid() and row.status == RUNNING
+    if mine and row.run_id not in _HOSTED:
+        return STALE, row.heartbeat_at or row.started_at
+    return row.liveness(time.time(), host=host, alive=pid_alive)
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+async def _close_stale(journal: JournalLike, row: RunRow, since: float, host: str) -> None:
+    """End a run whose host stopped beating, and the children it left on this machine."""
+    reason = {
+        "code": "interrupted",
+        "message": f"the run's host stopped ({row.host}, pid {row.pid}; last heartbeat "
+        f"{_iso(since)}); it was closed when the workspace was opened again",
+        "owner": "operator",
+    }
+    ended = await journal.ending_step(row.run_id)
+    disposition = Disposition.FAILED.value
+    if ended is not None:
+        disposition, reason = str(ended["disposition"]), ended.get("stop_reason") or reason
+    with contextlib.suppress(FencedError):
+        await journal.end_run(
+            row.run_id,
+            row.epoch,
+            disposition=disposition,
+            stop_reason=reason,
+            candidate_digest=None,
+            handoff=None,
+        )
+    log.warning("run.closed_stale", run_id=row.run_id, host=row.host, pid=row.pid)
+    if row.host != host:
+        return  # its process groups are on another machine
+    for group in await journal.processes(row.run_id):
+        if group.ended_at is None:
+            how = await anyio.to_thread.run_sync(_end_group, group.pgid)
+            await journal.end_process(row.run_id, group.pgid, how)
+    for pgid in await anyio.to_thread.run_sync(_groups_of, row.run_id):
+        await anyio.to_thread.run_sync(_end_group, pgid)
+
+
+async def _close_interrupted(journal: JournalLike, task_id: str, successor: str) -> None:
+    """
+    End the task's runs whose host died (still ``running``): with the disposition
+    their journal recorded, if they had reached one, else as interrupted; and end
+    whatever their children left running. From then on the journal refuses their
+    effect dispatches.
+    """
+    for row in await journal.runs_of_task(task_id):
+        if row.status != "running" or row.run_id == successor:
+            continue
+        ended = await journal.ending_step(row.run_id)
+        if ended is not None:
+            disposition, reason = str(ended["disposition"]), ended.get("stop_reason")
+        else:
+            disposition = Disposition.FAILED.value
+            reason = {
+                "code": "interrupted",
+                "message": f"the run's host died; run {successor} resumed the task",
+                "owner": "operator",
+            }
+        with contextlib.suppress(FencedError):
+            await journal.end_run(
+                row.run_id,
+                row.epoch,
+                disposition=disposition,
+                stop_reason=reason,
+                candidate_digest=None,
+                handoff=None,
+            )
+        for group in await journal.processes(row.run_id):
+            if group.ended_at is not None:
+                continue
+            how = await anyio.to_thread.run_sync(_end_group, group.pgid)
+            await journal.end_process(row.run_id, group.pgid, how)
+        for pgid in await anyio.to_thread.run_sync(_groups_of, row.run_id):
+            await anyio.to_thread.run_sync(_end_group, pgid)
+
+
+def _end_group(pgid: int) -> str:
+    """End a process group a dead host left: SIGTERM, then SIGKILL."""
+    if not group_alive(pgid):
+        return "exited"
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return "terminated"
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    return "killed"
+
+
+def _groups_of(run_id: str) -> set[int]:
+    """
+    The process groups still running whose environment names ``run_id``: every
+    command a run starts carries ``PROCTOR_RUN``, so even a group its host died
+    before journaling is found.
+    """
+    marker = f"PROCTOR_RUN={run_id}".encode()
+    found: set[int] = set()
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.add(os.getpgid(int(entry.name)))
+        except (OSError, ProcessLookupError):
+            continue
+    found.discard(os.getpgrp())
+    return found
 
 
 def _start_time(pid: int) -> str | None:
@@ -143,81 +344,6 @@ async def _hold(journal: JournalLike, task_id: str, run_id: str, *, takeover: bo
     )
 
 
-async def _close_interrupted(journal: JournalLike, task_id: str, successor: str) -> None:
-    """
-    End the task's runs whose host died (still ``running``): with the disposition
-    their journal recorded, if they had reached one, else as interrupted; and end
-    whatever their children left running. From then on the journal refuses their
-    effect dispatches.
-    """
-    for row in await journal.runs_of_task(task_id):
-        if row.status != "running" or row.run_id == successor:
-            continue
-        ended = await journal.ending_step(row.run_id)
-        if ended is not None:
-            disposition, reason = str(ended["disposition"]), ended.get("stop_reason")
-        else:
-            disposition = Disposition.FAILED.value
-            reason = {
-                "code": "interrupted",
-                "message": f"the run's host died; run {successor} resumed the task",
-                "owner": "operator",
-            }
-        with contextlib.suppress(FencedError):
-            await journal.end_run(
-                row.run_id,
-                row.epoch,
-                disposition=disposition,
-                stop_reason=reason,
-                candidate_digest=None,
-                handoff=None,
-            )
-        for group in await journal.processes(row.run_id):
-            if group.ended_at is not None:
-                continue
-            how = await anyio.to_thread.run_sync(_end_group, group.pgid)
-            await journal.end_process(row.run_id, group.pgid, how)
-        for pgid in await anyio.to_thread.run_sync(_groups_of, row.run_id):
-            await anyio.to_thread.run_sync(_end_group, pgid)
-
-
-def _end_group(pgid: int) -> str:
-    """End a process group a dead host left: SIGTERM, then SIGKILL."""
-    if not group_alive(pgid):
-        return "exited"
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        if not group_alive(pgid):
-            return "terminated"
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    return "killed"
-
-
-def _groups_of(run_id: str) -> set[int]:
-    """
-    The process groups still running whose environment names ``run_id``: every
-    command a run starts carries ``PROCTOR_RUN``, so even a group its host died
-    before journaling is found.
-    """
-    marker = f"PROCTOR_RUN={run_id}".encode()
-    found: set[int] = set()
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.add(os.getpgid(int(entry.name)))
-        except (OSError, ProcessLookupError):
-            continue
-    found.discard(os.getpgrp())
-    return found
-
-
 async def run(
     task: Task,
     actor: Actor,
@@ -227,6 +353,8 @@ async def run(
     on_step: StepCallback | None = None,
     run_id: str | None = None,
     actor_spec: Mapping[str, Any] | None = None,
+    stopper: Stopper | None = None,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
 ) -> RunResult:
     """
     Run ``actor`` on ``task`` until the controller decides it is over.
@@ -247,18 +375,29 @@ async def run(
         run_id: the run's id (default: a new one).
         actor_spec: how to make the actor again (a task file's ``[actor]`` table),
             journaled so that ``proctor resume`` can.
+        stopper: stops the run from this process (see :class:`Stopper`); from
+            another process or host, :func:`~proctor.runtime.stop`.
+        heartbeat_seconds: how often the host says in the journal that it is
+            alive; a run that missed two heartbeats is ``stale``.
 
     Returns:
         The run's outcome: disposition, stop reason, candidate, evidence, handoff.
+
+    Raises:
+        WorkspaceBusyError: a live run holds the task's workspace.
     """
+    options: dict[str, Any] = {
+        "tools": tools,
+        "on_step": on_step,
+        "run_id": run_id,
+        "actor_spec": actor_spec,
+        "stopper": stopper,
+        "heartbeat_seconds": heartbeat_seconds,
+    }
     if not isinstance(journal, str | os.PathLike):
-        return await start_run(
-            task, actor, journal, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
-        )
+        return await start_run(task, actor, journal, **options)
     async with open_journal(journal) as j:
-        return await start_run(
-            task, actor, j, tools=tools, on_step=on_step, run_id=run_id, actor_spec=actor_spec
-        )
+        return await start_run(task, actor, j, **options)
 
 
 async def start_run(
@@ -272,6 +411,9 @@ async def start_run(
     parent_run_id: str | None = None,
     actor_spec: Mapping[str, Any] | None = None,
     claimed: Claimed | None = None,
+    stopper: Stopper | None = None,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    answer: str | None = None,
 ) -> RunResult:
     """
     Run ``actor`` on ``task`` with an open journal; see :func:`run`.
@@ -282,6 +424,8 @@ async def start_run(
         claimed: a queued run a worker claimed: the run goes on under the claim's
             epoch. A run taken over from another worker (``previous_epoch`` > 0)
             inherits its own history as well as the task's, like a resume.
+        answer: for a resumed run, a person's answer to the question its
+            parent ended on (``needs_input``): delivered to the actor first.
     """
     if claimed is not None:
         run_id = claimed.run_id
@@ -290,19 +434,30 @@ async def start_run(
     task_id = task.task_id or uuid.uuid4().hex
     structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)
     try:
-        return await _run(
-            task,
-            actor,
-            journal,
-            registry,
-            on_step,
-            run_id,
-            task_id,
-            parent_run_id,
-            actor_spec,
-            claimed,
-        )
+        await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
+        # Before anything changes: the workspace, the journal's runs, anyone's processes.
+        holder = await _hold(journal, task_id, run_id, takeover=claimed is not None)
+        try:
+            return await _run(
+                task,
+                actor,
+                journal,
+                registry,
+                on_step,
+                run_id,
+                task_id,
+                parent_run_id,
+                actor_spec,
+                claimed,
+                stopper,
+                heartbeat_seconds,
+                answer,
+            )
+        finally:
+            with anyio.move_on_after(5, shield=True), contextlib.suppress(ProctorError):
+                await journal.release_task(task_id, holder)
     finally:
+        _HOSTED.discard(run_id)
         structlog.contextvars.unbind_contextvars("run_id", "task_id")
 
 
@@ -317,155 +472,191 @@ async def _run(
     parent_run_id: str | None = None,
     actor_spec: Mapping[str, Any] | None = None,
     claimed: Claimed | None = None,
+    stopper: Stopper | None = None,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    answer: str | None = None,
 ) -> RunResult:
     takeover = claimed is not None and claimed.previous_epoch > 0
     inherits = parent_run_id is not None or takeover
+    resuming_task = task_id if inherits else None
+    _HOSTED.add(run_id)
+    await _hold_workspace(journal, task, run_id, resuming_task=resuming_task)
+    if not inherits:
+        await anyio.to_thread.run_sync(prepare_workspace, task)
     await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
-    # Before anything changes: the workspace, the journal's runs, anyone's processes.
-    holder = await _hold(journal, task_id, run_id, takeover=claimed is not None)
+    if claimed is not None:
+        epoch = claimed.epoch
+    else:
+        epoch = await journal.create_run(
+            run_id,
+            task_id,
+            policy=task.policy.settings(),
+            policy_version=task.policy.version,
+            host=socket.gethostname(),
+            parent_run_id=parent_run_id,
+        )
+    await journal.heartbeat(
+        run_id, epoch, pid=os.getpid(), workspace=str(task.workspace), every=heartbeat_seconds
+    )
     try:
-        if not inherits:
-            await anyio.to_thread.run_sync(prepare_workspace, task)
-        if claimed is not None:
-            epoch = claimed.epoch
+        # Two runs that started at once on one workspace: the older one keeps it.
+        await _hold_workspace(journal, task, run_id, resuming_task=resuming_task)
+    except WorkspaceBusyError as exc:
+        await journal.end_run(
+            run_id,
+            epoch,
+            disposition=Disposition.FAILED.value,
+            stop_reason={"code": "workspace_busy", "message": str(exc), "owner": "operator"},
+            candidate_digest=None,
+            handoff=None,
+        )
+        raise
+    spent = await journal.spend_totals(task_id)
+    ledger = Ledger(task.budget, dict(spent))
+
+    async def record_spend(amounts: Mapping[str, float], kind: str, note: str = "") -> None:
+        if kind == "retune":
+            # A retuned limit is a journaled event with who and why, not spend.
+            await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
         else:
-            epoch = await journal.create_run(
-                run_id,
-                task_id,
-                policy=task.policy.settings(),
-                policy_version=task.policy.version,
-                host=socket.gethostname(),
-                parent_run_id=parent_run_id,
-            )
-        spent = await journal.spend_totals(task_id)
-        ledger = Ledger(task.budget, dict(spent))
+            # Written with the step that follows (or the effect's dispatch): one
+            # transaction a step, not one per reservation and settlement.
+            await journal.add_spend(task_id, run_id, amounts, kind, note, defer=True)
 
-        async def record_spend(amounts: Mapping[str, float], kind: str, note: str = "") -> None:
-            if kind == "retune":
-                # A retuned limit is a journaled event with who and why, not spend.
-                await journal.add_note(run_id, "retune", {"limits": dict(amounts), "note": note})
-            else:
-                # Written with the step that follows (or the effect's dispatch): one
-                # transaction a step, not one per reservation and settlement.
-                await journal.add_spend(task_id, run_id, amounts, kind, note, defer=True)
+    async def group_started(pgid: int, command: str) -> None:
+        await journal.record_process(run_id, pgid, command)
 
-        async def group_started(pgid: int, command: str) -> None:
-            await journal.record_process(run_id, pgid, command)
+    async def group_ended(pgid: int, how: str) -> None:
+        await journal.end_process(run_id, pgid, how)
 
-        async def group_ended(pgid: int, how: str) -> None:
-            await journal.end_process(run_id, pgid, how)
+    groups = ProcessGroups(on_start=group_started, on_end=group_ended)
+    context = ToolContext(
+        workspace=Workspace.at(task.workspace),
+        command_time_limit=task.command_time_limit,
+        groups=groups,
+        # Marks every child, so a successor can find what a dead host left running.
+        env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
+        limits=task.limits,
+    )
+    # Watched: a step learns what changed from the kernel instead of walking the tree.
+    hasher = TreeHasher(task.workspace, task.ignore, watch=True)
+    judge = Judge(
+        task=task.facts(registry.specs()),
+        policy=task.policy,
+        digest=await anyio.to_thread.run_sync(hasher.digest),
+        contract_version=task.contract_version,
+    )
+    greeting = ""
+    effects = EffectLedger()
+    step_base = 0
+    if inherits and not takeover:
+        await _close_interrupted(journal, task_id, run_id)
+    if not inherits:
+        baseline = hasher.files()
+        await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
+    else:
+        history = await load_history(journal, task_id, None if takeover else run_id, judge)
+        baseline, greeting = history.baseline, history.summary
+        effects = await load_effects(journal, task_id)
+        step_base = history.steps
+    if actor_spec is not None:
+        await journal.add_note(run_id, "actor", dict(actor_spec))
 
-        groups = ProcessGroups(on_start=group_started, on_end=group_ended)
-        context = ToolContext(
-            workspace=Workspace.at(task.workspace),
-            command_time_limit=task.command_time_limit,
-            groups=groups,
-            # Marks every child, so a successor can find what a dead host left running.
-            env={**os.environ, "PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
-            limits=task.limits,
-        )
-        hasher = TreeHasher(task.workspace, task.ignore)
-        judge = Judge(
-            task=task.facts(registry.specs()),
-            policy=task.policy,
-            digest=await anyio.to_thread.run_sync(hasher.digest),
-            contract_version=task.contract_version,
-        )
-        greeting = ""
-        effects = EffectLedger()
-        step_base = 0
-        if inherits and not takeover:
-            await _close_interrupted(journal, task_id, run_id)
-        if not inherits:
-            baseline = hasher.files()
-            await journal.add_note(run_id, "start", {"digest": judge.digest, "baseline": baseline})
-        else:
-            history = await load_history(journal, task_id, None if takeover else run_id, judge)
-            baseline, greeting = history.baseline, history.summary
-            effects = await load_effects(journal, task_id)
-            step_base = history.steps
-        if actor_spec is not None:
-            await journal.add_note(run_id, "actor", dict(actor_spec))
+    inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
+    obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
+    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
+    acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
+    actor_scope = anyio.CancelScope()
+    controller = Controller(
+        task=task,
+        run_id=run_id,
+        task_id=task_id,
+        epoch=epoch,
+        journal=journal,
+        judge=judge,
+        registry=registry,
+        context=context,
+        hasher=hasher,
+        inbox=inbox_rx,
+        to_actor=obs_tx,
+        to_verifier=ver_tx,
+        to_accountant=acc_tx,
+        actor_scope=actor_scope,
+        on_step=on_step,
+        estimate=getattr(actor, "estimate", None),
+        baseline=baseline,
+        effects=effects,
+        step_base=step_base,
+        heartbeat_seconds=heartbeat_seconds,
+        poll_seconds=min(0.5, heartbeat_seconds),
+    )
+    controller.remaining = ledger.remaining()
+    if takeover:
+        # The same run goes on under a new epoch: its step numbers go on too.
+        controller.step = len(await journal.steps(run_id))
 
-        inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
-        obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
-        ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
-        acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
-        actor_scope = anyio.CancelScope()
-        controller = Controller(
-            task=task,
-            run_id=run_id,
-            task_id=task_id,
-            epoch=epoch,
-            journal=journal,
-            judge=judge,
-            registry=registry,
-            context=context,
-            hasher=hasher,
-            inbox=inbox_rx,
-            to_actor=obs_tx,
-            to_verifier=ver_tx,
-            to_accountant=acc_tx,
-            actor_scope=actor_scope,
-            on_step=on_step,
-            estimate=getattr(actor, "estimate", None),
-            baseline=baseline,
-            effects=effects,
-            step_base=step_base,
-        )
-        controller.remaining = ledger.remaining()
-        if takeover:
-            # The same run goes on under a new epoch: its step numbers go on too.
-            controller.step = len(await journal.steps(run_id))
+    if controller.estimate is not None:
+        # A model with no known or declared price fails here, before anything runs.
+        controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
 
-        if controller.estimate is not None:
-            # A model with no known or declared price fails here, before anything runs.
-            controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(
-                task.prices
-            )
+    async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
+        with actor_scope:
+            await run_actor(actor, obs_rx, proposals)
 
-        async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
-            with actor_scope:
-                await run_actor(actor, obs_rx, proposals)
+    watch_scope = anyio.CancelScope()
 
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(actor_task, inbox_tx.clone())
-                tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
-                tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
-                inbox_tx.close()
-                try:
-                    async with inbox_rx, obs_tx, ver_tx, acc_tx:
-                        await controller.run(greeting)
-                finally:
-                    # Ending a run ends its children: nothing is orphaned.
-                    with anyio.move_on_after(10, shield=True):
-                        await groups.terminate_all()
-                    actor_scope.cancel()
-        except BaseExceptionGroup as group:
-            # One proctor error (a lost lease's fence, a broken journal) is the run's
-            # error: the caller sees it as such, not wrapped in a group.
-            leaves = _leaves(group)
-            if len(leaves) == 1 and isinstance(leaves[0], ProctorError):
-                raise leaves[0] from group
-            raise
+    async def watch_task(inbox: MemoryObjectSendStream[Inbound]) -> None:
+        with watch_scope, contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            async with anyio.create_task_group() as watchers:
+                if stopper is not None:
+                    watchers.start_soon(relay, inbox.clone())
+                await controller.watch(inbox)
 
-        handoff = controller.handoff
-        assert judge.disposition is not None
-        assert handoff is not None
-        current = controller.final_digest
-        log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
-        return RunResult(
-            run_id=run_id,
-            task_id=task_id,
-            disposition=judge.disposition,
-            stop_reason=judge.stop_reason,
-            candidate=Candidate(current),
-            evidence=tuple(controller.evidence),
-            handoff=handoff,
-            steps=controller.step,
-            journal=str(journal.path),
-        )
-    finally:
-        with anyio.move_on_after(5, shield=True), contextlib.suppress(ProctorError):
-            await journal.release_task(task_id, holder)
+    async def relay(inbox: ObjectSendStream[Inbound]) -> None:
+        assert stopper is not None
+        async with inbox:
+            request = await stopper.wait()
+            controller.interrupt(request)
+            await inbox.send(request)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(actor_task, inbox_tx.clone())
+            tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
+            tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
+            tg.start_soon(watch_task, inbox_tx.clone())
+            inbox_tx.close()
+            try:
+                async with inbox_rx, obs_tx, ver_tx, acc_tx:
+                    await controller.run(greeting, answer=answer)
+            finally:
+                watch_scope.cancel()
+                # Ending a run ends its children: nothing is orphaned.
+                with anyio.move_on_after(10, shield=True):
+                    await groups.terminate_all()
+                actor_scope.cancel()
+                hasher.close()
+    except BaseExceptionGroup as group:
+        # One proctor error (a lost lease's fence, a broken journal) is the run's
+        # error: the caller sees it as such, not wrapped in a group.
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], ProctorError):
+            raise leaves[0] from group
+        raise
+
+    handoff = controller.handoff
+    assert judge.disposition is not None
+    assert handoff is not None
+    current = controller.final_digest
+    log.info("run.ended", disposition=judge.disposition.value, steps=controller.step)
+    return RunResult(
+        run_id=run_id,
+        task_id=task_id,
+        disposition=judge.disposition,
+        stop_reason=judge.stop_reason,
+        candidate=Candidate(current),
+        evidence=tuple(controller.evidence),
+        handoff=handoff,
+        steps=controller.step,
+        journal=str(journal.path),
+    )

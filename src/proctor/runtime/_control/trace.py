@@ -128,13 +128,16 @@ def _handoff(
             "resolve the blocker named in the stop reason, then resume",
             "operator",
         ),
-        Disposition.NEEDS_INPUT: ("answer the question in the stop reason, then resume", "user"),
+        Disposition.NEEDS_INPUT: (
+            f'resume with the answer: proctor resume {controller.run_id} --answer "..."',
+            "user",
+        ),
         Disposition.BUDGET_EXHAUSTED: (
             "raise the limit or narrow the task, then resume",
             "operator",
         ),
         Disposition.NO_PROGRESS: ("change the approach or the task, then resume", "operator"),
-        Disposition.STOPPED: ("resume when ready", "operator"),
+        Disposition.STOPPED: (f"resume when ready: proctor resume {controller.run_id}", "operator"),
         Disposition.FAILED: ("inspect the failure in the trace, then resume", "operator"),
     }
     next_step, owner = nexts[disposition]

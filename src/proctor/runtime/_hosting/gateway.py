@@ -49,7 +49,7 @@ from proctor._boundary import printable
 from proctor._errors import ConfigError
 from proctor.runtime._actors.openai import tool_result_text
 from proctor.runtime._control.controller import StepCallback
-from proctor.runtime._control.run import run
+from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, run
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._records import (
     Claim,
@@ -665,6 +665,8 @@ async def serve_gateway(
     stop: anyio.Event | None = None,
     handle_signals: bool = False,
     on_step: StepCallback | None = None,
+    stopper: Stopper | None = None,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
 ) -> RunResult:
     """
     Run ``task`` with an MCP client as its actor, served over ``transport``.
@@ -688,8 +690,12 @@ async def serve_gateway(
         tools: the tools on offer (default: the built-in workspace tools).
         grace: for HTTP, seconds the server keeps answering after the run ended.
         stop: set it to stop serving.
-        handle_signals: stop on SIGINT and SIGTERM (the ``proctor gateway`` command).
+        handle_signals: on SIGINT (SIGTERM) end the run ``stopped`` as
+            ``user_stop`` (``stop_signal``) and stop serving (the ``proctor
+            gateway`` command); a second SIGINT cancels everything.
         on_step: called with each trace record after it is journaled.
+        stopper: stops the run from this process (see :class:`Stopper`).
+        heartbeat_seconds: how often the host says it is alive.
 
     Returns:
         The run's outcome.
@@ -710,6 +716,8 @@ async def serve_gateway(
             listening[0].close()
         raise
     stop = stop if stop is not None else anyio.Event()
+    if stopper is None and handle_signals:
+        stopper = Stopper()
     run_done = anyio.Event()
     outcome: list[RunResult] = []
     failure: list[Exception] = []
@@ -723,7 +731,17 @@ async def serve_gateway(
 
         async def run_task() -> None:
             try:
-                outcome.append(await run(task, actor, journal, tools=registry, on_step=steps))
+                outcome.append(
+                    await run(
+                        task,
+                        actor,
+                        journal,
+                        tools=registry,
+                        on_step=steps,
+                        stopper=stopper,
+                        heartbeat_seconds=heartbeat_seconds,
+                    )
+                )
             except Exception as exc:
                 failure.append(exc)
                 tg.cancel_scope.cancel()
@@ -743,10 +761,16 @@ async def serve_gateway(
         async def signals() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
                 async for signum in received:
-                    if stop.is_set():
+                    if stop.is_set() and signum == signal.SIGINT:
                         tg.cancel_scope.cancel()
                         return
                     log.warning("gateway.signal", signal=signum)
+                    if stopper is not None:
+                        why = f"the gateway received {signal.Signals(signum).name}"
+                        if signum == signal.SIGTERM:
+                            stopper.stop("stop_signal", why)
+                        else:
+                            stopper.stop("user_stop", why)
                     stop.set()
 
         tg.start_soon(run_task)

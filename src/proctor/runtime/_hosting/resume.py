@@ -12,7 +12,7 @@ from proctor._errors import ConfigError, FencedError
 from proctor.runtime._actors.base import Actor
 from proctor.runtime._control.controller import StepCallback
 from proctor.runtime._control.history import proposals_made
-from proctor.runtime._control.run import holder_alive, start_run
+from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, holder_alive, start_run
 from proctor.runtime._journal import JournalLike, RunRow, open_journal
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._progress.policy import Policy
@@ -63,6 +63,9 @@ async def resume(
     tools: ToolRegistry | None = None,
     on_step: StepCallback | None = None,
     actor_spec: Mapping[str, Any] | None = None,
+    answer: str | None = None,
+    stopper: Stopper | None = None,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
 ) -> RunResult:
     """
     Start a new run of the task of run ``run_id``, inheriting its history.
@@ -85,15 +88,23 @@ async def resume(
         tools: the tools on offer.
         on_step: called with each trace record.
         actor_spec: how to make the actor again, journaled for the next resume.
+        answer: a person's answer to the question ``run_id`` ended on
+            (``needs_input``): journaled as a ``user`` event and told to the actor
+            before anything else.
+        stopper: stops the new run from this process (see :class:`Stopper`).
+        heartbeat_seconds: how often the host says it is alive.
 
     Raises:
         RunNotFoundError: no such run.
-        ConfigError: the task cannot be rebuilt from the journal (pass ``task``);
-            or ``actor`` is None and the run has no journaled actor (a run left
-            ``running`` so by a dead host is closed ``failed`` first, reason
-            ``actor_never_journaled``).
+        ConfigError: the task cannot be rebuilt from the journal (pass ``task``),
+            or an empty answer; or ``actor`` is None and the run has no
+            journaled actor (a run left ``running`` so by a dead host is closed
+            ``failed`` first, reason ``actor_never_journaled``).
         RunHeld: another live host holds the task.
+        WorkspaceBusyError: a live run holds the workspace.
     """
+    if answer is not None and not answer.strip():
+        raise ConfigError("resume: the answer is empty; say what the run needs to know")
     async with open_journal(journal) as j:
         parent = await j.get_run(run_id)
         if actor is None:
@@ -120,4 +131,7 @@ async def resume(
             on_step=on_step,
             parent_run_id=parent.run_id,
             actor_spec=actor_spec,
+            answer=answer,
+            stopper=stopper,
+            heartbeat_seconds=heartbeat_seconds,
         )

@@ -24,7 +24,7 @@ import structlog
 from proctor._errors import ConfigError, FencedError, RunHeld
 from proctor.runtime._control.controller import StepCallback
 from proctor.runtime._control.history import proposals_made
-from proctor.runtime._control.run import start_run
+from proctor.runtime._control.run import Stopper, start_run
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._task import ActorSpec, Task
@@ -78,6 +78,7 @@ async def _one(
     claimed: Claimed,
     lease_seconds: float,
     on_step: StepCallback | None,
+    stopper: Stopper | None = None,
 ) -> RunResult | None:
     """Run one claimed run, renewing its lease; None when the lease was lost."""
     stored = await journal.get_task(claimed.task_id)
@@ -109,7 +110,9 @@ async def _one(
 
         tg.start_soon(renew)
         try:
-            result = await start_run(task, actor, journal, on_step=on_step, claimed=claimed)
+            result = await start_run(
+                task, actor, journal, on_step=on_step, claimed=claimed, stopper=stopper
+            )
         except FencedError as exc:
             # Another worker took the run over: this one's writes are refused.
             log.warning("worker.fenced", run_id=claimed.run_id, error=str(exc))
@@ -136,6 +139,7 @@ async def work(
     once: bool = False,
     max_runs: int | None = None,
     on_step: StepCallback | None = None,
+    stopper: Stopper | None = None,
 ) -> WorkerStats:
     """
     Claim queued runs (or runs whose lease expired) and run them, one at a time.
@@ -149,6 +153,7 @@ async def work(
         once: return when there is nothing to claim instead of waiting.
         max_runs: return after this many runs.
         on_step: called with every trace record.
+        stopper: stops the run in hand (``stopped``) and the worker with it.
     """
     name = worker or f"{socket.gethostname()}:{os.getpid()}"
     stats = WorkerStats()
@@ -156,14 +161,20 @@ async def work(
     try:
         async with open_journal(journal) as j:
             while max_runs is None or len(stats.finished) + len(stats.lost) < max_runs:
+                if stopper is not None and stopper.stopped:
+                    break
                 claimed = await j.claim_run(name, lease_seconds)
                 if claimed is None:
                     if once:
                         break
-                    await anyio.sleep(poll_seconds)
+                    with anyio.move_on_after(poll_seconds):
+                        if stopper is not None:
+                            await stopper.wait()
+                        else:
+                            await anyio.sleep(poll_seconds)
                     continue
                 log.info("worker.claimed", run_id=claimed.run_id, epoch=claimed.epoch)
-                result = await _one(j, claimed, lease_seconds, on_step)
+                result = await _one(j, claimed, lease_seconds, on_step, stopper)
                 if result is None:
                     stats.lost.append(claimed.run_id)
                 else:

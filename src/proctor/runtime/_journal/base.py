@@ -5,6 +5,7 @@ The journal's interface and its records: what every backend promises.
 from __future__ import annotations
 
 from collections.abc import (
+    Callable,
     Mapping,
     Sequence,
 )
@@ -25,6 +26,8 @@ __all__ = (
     "QUEUED",
     "RUNNING",
     "RunRow",
+    "STALE",
+    "WAITING",
     "SPEND_KINDS",
     "SYNCHRONOUS",
     "Synchronous",
@@ -61,6 +64,10 @@ CLOSE_LIMIT = 30.0
 
 RUNNING = "running"
 QUEUED = "queued"
+#: A running run whose host stopped beating.
+STALE = "stale"
+#: A running run that waits for a person.
+WAITING = "waiting"
 
 
 # --------------------------------------------------------------------------------------
@@ -93,6 +100,12 @@ class RunRow:
         owner: the worker that holds or last held its lease, if it was claimed.
         lease_until: when that lease expires (seconds since the epoch, by the
             database's clock), or None when the run holds no lease.
+        pid: the process that runs it, on ``host``.
+        heartbeat_at: when that process last said it is alive, or None.
+        heartbeat_every: how often it says so (seconds).
+        waiting: what the run waits for (``answer``, ``approval``), or None.
+        waiting_since: since when it waits.
+        workspace: the workspace it holds while it runs.
     """
 
     run_id: str
@@ -113,6 +126,40 @@ class RunRow:
     steps: int
     owner: str | None = None
     lease_until: float | None = None
+    pid: int | None = None
+    heartbeat_at: float | None = None
+    heartbeat_every: float | None = None
+    waiting: str | None = None
+    waiting_since: float | None = None
+    workspace: str | None = None
+
+    def liveness(self, now: float, *, host: str, alive: Callable[[int], bool]) -> tuple[str, float]:
+        """
+        Say whether the run is alive, and since when.
+
+        An ended run is its status, since it ended. A running run is ``stale`` when
+        its host missed two heartbeats, or when it runs on ``host`` (this machine)
+        and its process is gone (``alive(pid)`` is false); else ``waiting`` (for an
+        answer or an approval) or ``running``.
+
+        Args:
+            now: the time (seconds since the epoch).
+            host: this machine's name.
+            alive: whether a process id on this machine is alive.
+
+        Returns:
+            The state and since when (seconds since the epoch).
+        """
+        if self.status != RUNNING:
+            return self.status, self.ended_at or self.started_at
+        beat = self.heartbeat_at
+        if self.pid is not None and self.host == host and not alive(self.pid):
+            return STALE, beat or self.started_at
+        if beat is not None and self.heartbeat_every and now - beat > 2 * self.heartbeat_every:
+            return STALE, beat
+        if self.waiting:
+            return f"{WAITING} ({self.waiting})", self.waiting_since or self.started_at
+        return RUNNING, self.started_at
 
 
 @attrs.frozen
@@ -260,6 +307,17 @@ class JournalLike(Protocol):
     async def get_run(self, run_id: str) -> RunRow: ...
     async def list_runs(self, limit: int = 50) -> list[RunRow]: ...
     async def runs_of_task(self, task_id: str) -> list[RunRow]: ...
+    async def heartbeat(
+        self,
+        run_id: str,
+        epoch: int,
+        *,
+        waiting: str | None = None,
+        pid: int | None = None,
+        workspace: str | None = None,
+        every: float | None = None,
+    ) -> bool: ...
+    async def live_runs(self, workspace: str | None = None) -> list[RunRow]: ...
 
     async def submit_run(
         self, run_id: str, task_id: str, *, policy: dict[str, Any], policy_version: str
@@ -355,7 +413,7 @@ class JournalLike(Protocol):
     async def end_process(self, run_id: str, pgid: int, how: str) -> None: ...
     async def processes(self, run_id: str) -> list[ProcessRow]: ...
 
-    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None: ...
+    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> int: ...
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
     ) -> list[dict[str, Any]]: ...

@@ -264,6 +264,22 @@ class _Sql:
     """
     list_runs = f"SELECT {RUN_COLUMNS} ORDER BY r.started_at DESC, r.seq DESC LIMIT $1"
     runs_of_task = f"SELECT {RUN_COLUMNS} WHERE r.task_id = $1 ORDER BY r.epoch"
+    live_runs = f"SELECT {RUN_COLUMNS} WHERE r.status = 'running' ORDER BY r.started_at, r.seq"
+    live_runs_at = f"""
+        SELECT {RUN_COLUMNS} WHERE r.status = 'running' AND r.workspace = $1
+        ORDER BY r.started_at, r.seq
+    """
+    heartbeat = """
+        UPDATE runs
+        SET heartbeat_at = $3,
+            pid = coalesce($5::bigint, pid),
+            workspace = coalesce($6::text, workspace),
+            heartbeat_every = coalesce($7::float8, heartbeat_every),
+            waiting_since = CASE WHEN waiting IS NOT DISTINCT FROM $4::text
+                            THEN waiting_since ELSE $3 END,
+            waiting = $4::text
+        WHERE run_id = $1 AND epoch = $2 AND status = 'running'
+    """
 
     append_step = f"""
         {_STEP_INSERT}
@@ -362,7 +378,7 @@ class _Sql:
         FROM processes WHERE run_id = $1 ORDER BY started_at, pgid
     """
 
-    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES ($1, $2, $3, $4)"
+    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES ($1, $2, $3, $4) RETURNING id"
     notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = $1 AND id > $2 ORDER BY id"
     notes_of_kinds = """
         SELECT id, run_id, kind, body, at FROM notes
@@ -840,6 +856,40 @@ class PgJournal:
             rows = await conn.fetch(_Sql.runs_of_task, task_id)
         return [run_row(row) for row in rows]
 
+    # No crash boundary: see Journal.heartbeat.
+    async def heartbeat(
+        self,
+        run_id: str,
+        epoch: int,
+        *,
+        waiting: str | None = None,
+        pid: int | None = None,
+        workspace: str | None = None,
+        every: float | None = None,
+    ) -> bool:
+        """Say that a running run's host is alive (see :meth:`Journal.heartbeat`)."""
+        async with self._use(f"beat for run {run_id}") as conn:
+            status = await conn.execute(
+                _Sql.heartbeat,
+                run_id,
+                epoch,
+                time.time(),
+                waiting,
+                pid,
+                workspace,
+                None if every is None else float(every),
+            )
+        return _count(status) == 1
+
+    async def live_runs(self, workspace: str | None = None) -> list[RunRow]:
+        """Return the runs still ``running``, oldest first (see :meth:`Journal.live_runs`)."""
+        async with self._use("list running runs") as conn:
+            if workspace is None:
+                rows = await conn.fetch(_Sql.live_runs)
+            else:
+                rows = await conn.fetch(_Sql.live_runs_at, workspace)
+        return [run_row(row) for row in rows]
+
     # -- leases -------------------------------------------------------------------------
 
     @boundaries("submit_run")
@@ -1254,10 +1304,10 @@ class PgJournal:
     # -- notes --------------------------------------------------------------------------
 
     @boundaries("add_note")
-    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
-        """Journal a miscellaneous event of a run (an amendment, a retuning, ...)."""
+    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> int:
+        """Journal a miscellaneous event of a run; return its id (see :meth:`Journal.add_note`)."""
         async with self._use(f"add note to run {run_id}") as conn:
-            await conn.execute(_Sql.add_note, run_id, kind, dump(body), time.time())
+            return int(await conn.fetchval(_Sql.add_note, run_id, kind, dump(body), time.time()))
 
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None

@@ -397,4 +397,10 @@ def run_row(row: Any) -> RunRow:
         steps=row[15],
         owner=row[16],
         lease_until=row[17],
+        pid=row[18],
+        heartbeat_at=row[19],
+        heartbeat_every=row[20],
+        waiting=row[21],
+        waiting_since=row[22],
+        workspace=row[23],
     )

@@ -167,6 +167,22 @@ SQLITE_MIGRATIONS: tuple[SqliteMigration, ...] = (
         CREATE INDEX IF NOT EXISTS notes_by_kind ON notes (run_id, kind, id);
         """,
     ),
+    # Liveness: the process that runs a run, its heartbeat and how often it beats,
+    # what it waits for (an answer, an approval) and since when, and the
+    # workspace it holds. Running runs are found by workspace through a partial index.
+    SqliteMigration(
+        columns=(
+            ("runs", "pid", "INTEGER"),
+            ("runs", "heartbeat_at", "REAL"),
+            ("runs", "heartbeat_every", "REAL"),
+            ("runs", "waiting", "TEXT"),
+            ("runs", "waiting_since", "REAL"),
+            ("runs", "workspace", "TEXT"),
+        ),
+        script="""
+        CREATE INDEX IF NOT EXISTS runs_live ON runs (workspace) WHERE status = 'running';
+        """,
+    ),
     # Holders: the one live host that runs a task's runs, for the run's life
     # (resume, run and worker all take it; a second host is refused by name).
     SqliteMigration(
@@ -188,7 +204,8 @@ RUN_COLUMNS = """
     r.run_id, r.task_id, r.parent_run_id, r.epoch, r.status, r.disposition,
     r.stop_reason, r.policy, r.policy_version, r.host, r.started_at, r.ended_at,
     r.candidate_digest, r.handoff, t.goal,
-    (SELECT count(*) FROM steps AS s WHERE s.run_id = r.run_id), r.owner, r.lease_until
+    (SELECT count(*) FROM steps AS s WHERE s.run_id = r.run_id), r.owner, r.lease_until,
+    r.pid, r.heartbeat_at, r.heartbeat_every, r.waiting, r.waiting_since, r.workspace
     FROM runs AS r JOIN tasks AS t ON t.task_id = r.task_id
 """
 
@@ -335,6 +352,16 @@ PG_MIGRATIONS: tuple[str, ...] = (
         at     double precision NOT NULL
     );
     CREATE INDEX IF NOT EXISTS notes_by_kind ON notes (run_id, kind, id);
+    """,
+    # Liveness: pid, heartbeat, what the run waits for, the workspace it holds.
+    """
+    ALTER TABLE runs ADD COLUMN IF NOT EXISTS pid bigint;
+    ALTER TABLE runs ADD COLUMN IF NOT EXISTS heartbeat_at double precision;
+    ALTER TABLE runs ADD COLUMN IF NOT EXISTS heartbeat_every double precision;
+    ALTER TABLE runs ADD COLUMN IF NOT EXISTS waiting text;
+    ALTER TABLE runs ADD COLUMN IF NOT EXISTS waiting_since double precision;
+    ALTER TABLE runs ADD COLUMN IF NOT EXISTS workspace text;
+    CREATE INDEX IF NOT EXISTS runs_live ON runs (workspace) WHERE status = 'running';
     """,
     # Holders: the one live host that runs a task's runs, for the run's life.
     """

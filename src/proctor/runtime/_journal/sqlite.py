@@ -198,6 +198,23 @@ class _Sql:
     """
     list_runs = f"SELECT {RUN_COLUMNS} ORDER BY r.started_at DESC, r.rowid DESC LIMIT ?"
     runs_of_task = f"SELECT {RUN_COLUMNS} WHERE r.task_id = ? ORDER BY r.epoch"
+    live_runs = f"SELECT {RUN_COLUMNS} WHERE r.status = 'running' ORDER BY r.started_at, r.rowid"
+    live_runs_at = f"""
+        SELECT {RUN_COLUMNS} WHERE r.status = 'running' AND r.workspace = ?
+        ORDER BY r.started_at, r.rowid
+    """
+    # Fenced like a step; pid, workspace and the interval are kept when not given,
+    # and the time a wait began only changes when what the run waits for does.
+    heartbeat = """
+        UPDATE runs
+        SET heartbeat_at = :now,
+            pid = coalesce(:pid, pid),
+            workspace = coalesce(:workspace, workspace),
+            heartbeat_every = coalesce(:every, heartbeat_every),
+            waiting_since = CASE WHEN waiting IS :waiting THEN waiting_since ELSE :now END,
+            waiting = :waiting
+        WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+    """
 
     # Fenced inserts: the row is written only if the run's epoch matches, in the
     # same statement, so a refused write writes nothing and costs one round trip.
@@ -312,7 +329,7 @@ class _Sql:
         FROM processes WHERE run_id = ? ORDER BY started_at, pgid
     """
 
-    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES (?, ?, ?, ?)"
+    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES (?, ?, ?, ?) RETURNING id"
     notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = ? AND id > ? ORDER BY id"
     notes_of_kinds = """
         SELECT id, run_id, kind, body, at FROM notes
@@ -817,6 +834,60 @@ class Journal:
         return [run_row(row) for row in rows]
 
     # -- leases -------------------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        run_id: str,
+        epoch: int,
+        *,
+        waiting: str | None = None,
+        pid: int | None = None,
+        workspace: str | None = None,
+        every: float | None = None,
+    ) -> bool:
+        """
+        Say that the host of a running run is alive, and what the run waits for.
+
+        Args:
+            run_id: the run.
+            epoch: the writer's epoch: a host that lost the run changes nothing.
+            waiting: what the run waits for now (``answer``, ``approval``), or None.
+            pid: the process that runs it (kept as it was when None).
+            workspace: the workspace it holds (kept as it was when None).
+            every: how often the host beats, in seconds (kept as it was when None).
+
+        Returns:
+            True when recorded; False, changing nothing, when the run is not
+            running under ``epoch``.
+        """
+        params = {
+            "run_id": run_id,
+            "epoch": epoch,
+            "now": time.time(),
+            "waiting": waiting,
+            "pid": pid,
+            "workspace": workspace,
+            "every": every,
+        }
+        # No crash boundary: a heartbeat comes when the clock says, not at a fixed
+        # point of the run, and it writes nothing a recovery reads.
+        async with self._use(f"beat for run {run_id}") as db:
+            cursor = await db.execute(_Sql.heartbeat, params)
+            return bool(cursor.rowcount == 1)
+
+    async def live_runs(self, workspace: str | None = None) -> list[RunRow]:
+        """
+        Return the runs still ``running``, oldest first, whether their host lives or not.
+
+        Args:
+            workspace: only the runs that hold this workspace.
+        """
+        async with self._use("list running runs") as db:
+            if workspace is None:
+                rows = await db.execute_fetchall(_Sql.live_runs)
+            else:
+                rows = await db.execute_fetchall(_Sql.live_runs_at, (workspace,))
+        return [run_row(row) for row in rows]
 
     async def submit_run(
         self, run_id: str, task_id: str, *, policy: dict[str, Any], policy_version: str
@@ -1344,12 +1415,20 @@ class Journal:
 
     # -- notes --------------------------------------------------------------------------
 
-    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
-        """Journal a miscellaneous event of a run (an amendment, a retuning, ...)."""
+    async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> int:
+        """
+        Journal a miscellaneous event of a run (an amendment, a retuning, ...).
+
+        Returns:
+            The note's id: notes of a run are ordered by it.
+        """
         async with self._use(f"add note to run {run_id}") as db:
             crash_point("add_note:before")
-            await db.execute(_Sql.add_note, (run_id, kind, dump(body), time.time()))
+            rows = list(
+                await db.execute_fetchall(_Sql.add_note, (run_id, kind, dump(body), time.time()))
+            )
             crash_point("add_note:after")
+        return int(rows[0][0])
 
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None

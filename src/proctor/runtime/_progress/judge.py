@@ -954,12 +954,10 @@ class Judge:
             )
         return attrs.evolve(ruling, decision=Decision.REFUSE)
 
-    def claim(self, claim: Claim) -> Ruling:
-        """Decide an escalation claim: it must name its condition, evidence and reason."""
-        if self.disposition is not None:
-            return Ruling(Decision.REFUSE, False, "the run has ended; the claim changes nothing")
-        self._window.iteration += 1
-        missing = [
+    @staticmethod
+    def claim_missing(claim: Claim) -> list[str]:
+        """What an escalation claim fails to name: its condition, evidence or reason."""
+        return [
             name
             for name, value in (
                 ("condition", claim.condition.strip()),
@@ -968,6 +966,13 @@ class Judge:
             )
             if not value
         ]
+
+    def claim(self, claim: Claim) -> Ruling:
+        """Decide an escalation claim: it must name its condition, evidence and reason."""
+        if self.disposition is not None:
+            return Ruling(Decision.REFUSE, False, "the run has ended; the claim changes nothing")
+        self._window.iteration += 1
+        missing = self.claim_missing(claim)
         if missing:
             self._count(False)
             stop = self._no_progress_stop(set())
@@ -1053,8 +1058,14 @@ class Judge:
             delta=delta,
         )
 
-    def signal(self, name: SignalName) -> Ruling:
-        """Decide an outside signal: a stop signal, a user's stop, or a deadline."""
+    def signal(self, name: SignalName, why: str = "") -> Ruling:
+        """
+        Decide an outside signal: a stop signal, a user's stop, or a deadline.
+
+        Args:
+            name: the signal.
+            why: what the person or host said, added to the stop reason's message.
+        """
         if self.disposition is not None:
             return Ruling(Decision.CONTINUE, False, "the run has already ended")
         if name == "deadline":
@@ -1063,7 +1074,10 @@ class Judge:
             )
         who = "a stop signal" if name == "stop_signal" else "the user stopped the run"
         return self._finish(
-            Disposition.STOPPED, name, who, "operator" if name == "stop_signal" else "user"
+            Disposition.STOPPED,
+            name,
+            f"{who}: {why}" if why.strip() else who,
+            "operator" if name == "stop_signal" else "user",
         )
 
     def exhausted(self, reason: StopReason) -> Ruling:

@@ -40,7 +40,7 @@ from anyio.abc import Process
 from proctor._errors import ConfigError
 from proctor.runtime._records import ToolResult, ToolStatus
 
-__all__ = ("GroupEnd", "GroupInfo", "ProcessGroups", "group_alive", "run_command")
+__all__ = ("GroupEnd", "GroupInfo", "ProcessGroups", "group_alive", "pid_alive", "run_command")
 
 log = structlog.get_logger()
 
@@ -82,6 +82,27 @@ def _has_running_member(pgid: int) -> bool:
             if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
                 return True
     return False
+
+
+def pid_alive(pid: int) -> bool:
+    """
+    Tell whether process ``pid`` on this machine still runs (a zombie does not).
+
+    Args:
+        pid: a process id.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, but belongs to someone else
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return True  # no /proc: the signal test is all there is
+    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
 
 
 def group_alive(pgid: int) -> bool:
