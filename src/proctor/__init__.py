@@ -8,14 +8,18 @@ outside the model.
 
 # Imported before anything logs: the library never writes to stdout (see _logging).
 from proctor import _logging as _logging
+from proctor._boundary import Limits as Limits
 from proctor._errors import ActorError as ActorError
 from proctor._errors import BudgetError as BudgetError
+from proctor._errors import CandidateTooLarge as CandidateTooLarge
 from proctor._errors import ConfigError as ConfigError
 from proctor._errors import EffectError as EffectError
 from proctor._errors import FencedError as FencedError
+from proctor._errors import InputRefused as InputRefused
 from proctor._errors import JournalError as JournalError
 from proctor._errors import ProctorError as ProctorError
 from proctor._errors import RunEndedError as RunEndedError
+from proctor._errors import RunHeld as RunHeld
 from proctor._errors import RunNotFoundError as RunNotFoundError
 from proctor._errors import SandboxUnavailableError as SandboxUnavailableError
 from proctor._errors import SchemaError as SchemaError
@@ -76,6 +80,7 @@ __all__ = (
     "Approval",
     "Budget",
     "BudgetError",
+    "CandidateTooLarge",
     "Claim",
     "CommandCheck",
     "Completion",
@@ -86,10 +91,12 @@ __all__ = (
     "Evidence",
     "FencedError",
     "FileCheck",
+    "InputRefused",
     "FunctionActor",
     "JournalError",
     "JudgeCheck",
     "JudgeFindings",
+    "Limits",
     "Message",
     "MessageKind",
     "Observation",

@@ -14,6 +14,10 @@ Every error proctor raises derives from :class:`ProctorError`::
     ├── EffectError                      an effect-ledger rule was broken
     ├── BudgetError                      a budget rule was broken (unknown model price, ...)
     ├── ActorError                       an actor could not produce a proposal
+    ├── InputRefused (ValueError)        data refused at a boundary (not finite, a lone
+    │                                    surrogate, too deep, too large)
+    ├── RunHeld                          the task's runs are held by another live host
+    ├── CandidateTooLarge                a candidate over the snapshot size limit
     ├── SnapshotRefused (ValueError)     a decision-core snapshot that cannot be restored
     ├── SandboxUnavailableError          mode "auto" and bubblewrap cannot be used here
     ├── RunNotFoundError (LookupError)   no run with that id in the journal
@@ -26,11 +30,14 @@ from __future__ import annotations
 __all__ = (
     "ActorError",
     "BudgetError",
+    "CandidateTooLarge",
     "ConfigError",
     "EffectError",
     "FencedError",
+    "InputRefused",
     "JournalError",
     "ProctorError",
+    "RunHeld",
     "RunEndedError",
     "RunNotFoundError",
     "SandboxUnavailableError",
@@ -114,6 +121,45 @@ class ActorError(ProctorError):
     An actor could not produce a proposal: its process failed or its model server did.
 
     The runtime turns it into a journaled ``failed`` disposition (``actor_crashed``).
+    """
+
+
+class InputRefused(ProctorError, ValueError):
+    """
+    Data that cannot cross a boundary of the runtime: a number that is not finite,
+    an integer out of range, a lone surrogate, nesting too deep, a value too large.
+
+    Args:
+        message: what was wrong and what would be accepted.
+        where: the place in the data (``args.content``, ``events[3].text``).
+    """
+
+    def __init__(self, message: str, where: str = "") -> None:
+        self.where = where
+        self.reason = message
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class RunHeld(ProctorError):
+    """
+    The task's runs are held by another live host: a second host may not resume
+    or run it while the first one does.
+
+    Args:
+        holder: who holds it (``host NAME pid N``).
+        run_id: the run it holds.
+    """
+
+    def __init__(self, message: str, holder: str, run_id: str) -> None:
+        self.holder = holder
+        self.run_id = run_id
+        super().__init__(message)
+
+
+class CandidateTooLarge(ProctorError):
+    """
+    A candidate larger than the snapshot limit (files counted by apparent size,
+    a sparse file by the size it claims): it is not frozen, and not verified.
     """
 
 

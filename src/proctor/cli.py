@@ -44,7 +44,6 @@ from proctor.runtime import (
     diff_replays,
     export_trajectory,
     import_transcript,
-    journaled_actor,
     load_task,
     open_journal,
     parse_trajectory,
@@ -349,18 +348,16 @@ def resume_command(
     """Start a new run of RUN's task that inherits its history, spend and open effects."""
     from proctor.runtime import resume
 
-    async def journaled() -> ActorSpec:
+    actor: Any = None
+    spec: ActorSpec | None = None
+    if script is not None:
+        # An actor given again starts its script from its first line.
+        spec = ActorSpec("scripted", script)
         try:
-            return await journaled_actor(run_id, journal)
+            actor = spec.make()
         except ConfigError as exc:
-            raise ConfigError(f"{exc}: pass --script FILE") from None
-
-    spec = ActorSpec("scripted", script) if script is not None else _guard(journaled)
-    try:
-        actor = spec.make()
-    except ConfigError as exc:
-        _fail(str(exc))
-        return
+            _fail(str(exc))
+            return
     _find_python_first()
     console = Console(stderr=as_json, highlight=False)
     status, on_step = _live(console)
@@ -369,12 +366,13 @@ def resume_command(
         _fail("--answer is empty: say what the run needs to know")
 
     async def go(stopper: Stopper) -> Any:
+        # Without --script, the journaled actor, going on after its proposals.
         return await resume(
             run_id,
             actor,
             journal,
             on_step=on_step,
-            actor_spec=spec.describe(),
+            actor_spec=spec.describe() if spec is not None else None,
             answer=answer_text,
             stopper=stopper,
             heartbeat_seconds=heartbeat,

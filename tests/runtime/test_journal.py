@@ -1313,6 +1313,143 @@ async def test_a_postgresql_url_without_asyncpg_says_what_to_install(
             pass
 
 
+# -- holders: one live host per task ------------------------------------------------------
+
+
+async def test_a_task_is_held_by_one_holder_at_a_time(journal: JournalLike) -> None:
+    assert await journal.task_holder(TASK) is None
+    assert await journal.hold_task(TASK, "run-a", "h1:1:10:run-a") is None
+    held = await journal.task_holder(TASK)
+    assert held is not None
+    assert (held.task_id, held.run_id, held.holder) == (TASK, "run-a", "h1:1:10:run-a")
+    # A second holder is told who holds it, and holds nothing.
+    refused = await journal.hold_task(TASK, "run-b", "h2:2:20:run-b")
+    assert refused is not None
+    assert (refused.run_id, refused.holder) == ("run-a", "h1:1:10:run-a")
+    # Replacing a holder other than the one that holds it takes nothing either.
+    wrong = await journal.hold_task(TASK, "run-b", "h2:2:20:run-b", replacing="h9:9:9:x")
+    assert wrong is not None
+    assert wrong.holder == "h1:1:10:run-a"
+    # A release by someone else lets nothing go.
+    await journal.release_task(TASK, "h2:2:20:run-b")
+    assert (await journal.task_holder(TASK)) == held
+
+
+async def test_a_dead_holder_is_replaced_by_name_and_a_release_frees_the_task(
+    journal: JournalLike,
+) -> None:
+    assert await journal.hold_task(TASK, "run-a", "h1:1:10:run-a") is None
+    assert (
+        await journal.hold_task(TASK, "run-b", "h2:2:20:run-b", replacing="h1:1:10:run-a") is None
+    )
+    held = await journal.task_holder(TASK)
+    assert held is not None
+    assert (held.run_id, held.holder) == ("run-b", "h2:2:20:run-b")
+    await journal.release_task(TASK, "h2:2:20:run-b")
+    assert await journal.task_holder(TASK) is None
+    assert await journal.hold_task(TASK, "run-c", "h3:3:30:run-c") is None
+
+
+async def test_a_task_not_in_the_journal_cannot_be_held(journal: JournalLike) -> None:
+    with pytest.raises(JournalError, match="not in the journal"):
+        await journal.hold_task("no-such-task", "run-a", "h1:1:10:run-a")
+
+
+async def test_two_journals_racing_for_one_task_give_it_to_one(target: str) -> None:
+    async with open_journal(target) as setup:
+        await setup.put_task(TASK, "g", {"kind": "build"}, "c1")
+    outcomes: list[object] = []
+
+    async def take(n: int) -> None:
+        async with open_journal(target) as j:
+            outcomes.append(await j.hold_task(TASK, f"run-{n}", f"h{n}:{n}:{n}:run-{n}"))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(4):
+            tg.start_soon(take, n)
+    assert sum(o is None for o in outcomes) == 1
+
+
+# -- corrupted rows ---------------------------------------------------------------------------
+
+
+async def _corrupt(target: str, sql: str) -> None:
+    if is_postgres_url(target):
+        await pg_execute(target, sql)
+        return
+    with sqlite3.connect(target) as conn:
+        conn.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "reason = 'new file contenT'",  # a flipped bit that is still text
+        "state_version = 4",
+        "progress = NOT progress",
+        'state_delta = \'{"files": ["a.py"\'',  # no longer JSON
+        "remaining = '[1]'",
+        "at = CAST('p1-x' AS BLOB)",  # found by benchmarks/fuzz.py: another type
+    ],
+)
+async def test_a_corrupted_step_row_is_reported_with_its_run_and_step(
+    journal: JournalLike, target: str, change: str
+) -> None:
+    epoch = await new_run(journal, "run-x")
+    for n in (1, 2, 3):
+        await journal.append_step("run-x", epoch, step("run-x", n))
+    assert len(await journal.steps("run-x")) == 3
+    if "progress" in change and not is_postgres_url(target):
+        change = "progress = 1 - progress"
+    if "BLOB" in change and is_postgres_url(target):
+        change = "at = at + 1"
+    await _corrupt(target, f"UPDATE steps SET {change} WHERE run_id = 'run-x' AND step = 2")
+    with pytest.raises(JournalError, match="step 2 of run run-x is corrupt"):
+        await journal.steps("run-x")
+    # The rows before it still read; the corrupt one never reads as data.
+    assert [s["step"] for s in await journal.steps("run-x", after=2)] == [3]
+
+
+async def test_a_step_row_keeps_its_extra_fields_and_no_checksum_shows(
+    journal: JournalLike,
+) -> None:
+    epoch = await new_run(journal, "run-y")
+    await journal.append_step("run-y", epoch, step("run-y", 1, future_field={"x": 1}))
+    (read,) = await journal.steps("run-y")
+    assert read["future_field"] == {"x": 1}
+    assert not any(key.startswith("_") for key in read)
+
+
+async def test_a_corrupted_note_or_run_row_is_a_journal_error(
+    journal: JournalLike, target: str
+) -> None:
+    await new_run(journal, "run-z")
+    await journal.add_note("run-z", "start", {"digest": "d"})
+    await _corrupt(target, "UPDATE notes SET body = '{\"digest\": ' WHERE run_id = 'run-z'")
+    with pytest.raises(JournalError, match=r"note \d+ of run run-z is corrupt"):
+        await journal.notes("run-z")
+    await _corrupt(target, "UPDATE runs SET policy = 'x' WHERE run_id = 'run-z'")
+    with pytest.raises(JournalError, match="run run-z is corrupt"):
+        await journal.get_run("run-z")
+
+
+async def test_sqlite_a_damaged_schema_in_bytes_that_are_not_utf8_is_a_journal_error(
+    db_path: Path,
+) -> None:
+    # Found by benchmarks/fuzz.py: SQLite's message quoting the damaged schema
+    # came out as a UnicodeDecodeError.
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute(
+            "UPDATE sqlite_master SET sql = CAST(X'4352454154452054414242b04c452074287829'"
+            " AS TEXT) WHERE name = 't'"
+        )
+    with pytest.raises(JournalError, match="the file is damaged"):
+        async with open_journal(db_path):
+            pass
+
+
 # -- liveness ----------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ import hashlib
 import math
 import os
 import random
+import shlex
 import shutil
 import string
 import subprocess
@@ -673,3 +674,51 @@ def test_response_fingerprint_ignores_layout() -> None:
 @given(st.text(alphabet=" \t\r\n\x0b\x0c\u00a0\u2003"))
 def test_response_fingerprint_folds_blank_texts(text: str) -> None:
     assert response_fingerprint(text) == response_fingerprint("") == digest("")
+
+
+# -- command splitting: shlex's tokens, in linear time -------------------------------------
+
+_SHELL_ALPHABET = st.sampled_from(list(" \t\r\n'\"\\ab=./-$#é"))
+
+
+@given(st.text(alphabet=_SHELL_ALPHABET, max_size=40))
+def test_split_command_gives_shlex_tokens_or_its_error(cmd: str) -> None:
+    from proctor.runtime._progress.normalize import split_command
+
+    # The tokens, or that it raises (the command then falls back to a plain split).
+    try:
+        expected: list[str] | None = shlex.split(cmd)
+    except ValueError:
+        expected = None
+    try:
+        got: list[str] | None = split_command(cmd)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+def _old_strip(token: str) -> str:
+    # The quadratic definition this replaces, kept as the specification.
+    prefix, sep, rest = token.partition("=")
+    if sep and prefix.startswith("-") and rest.startswith("./"):
+        return prefix + sep + _old_strip(rest)
+    while token.startswith("./") and len(token) > 2:
+        token = token[2:].lstrip("/") or "."
+    return token
+
+
+@given(st.text(alphabet=st.sampled_from(list("./a=-")), max_size=24))
+def test_leading_dot_slashes_are_stripped_as_before(token: str) -> None:
+    from proctor.runtime._progress.normalize import _strip_dot_slash
+
+    assert _strip_dot_slash(token) == _old_strip(token)
+
+
+def test_a_long_command_normalizes_like_a_short_one() -> None:
+    # Linear, not quadratic: 400 KB of one token and of "./" components (the
+    # times are measured in benchmarks; here, that it finishes and is right).
+    assert normalize_command("echo " + "x" * 400_000) == "echo " + "x" * 400_000
+    assert normalize_command("cat " + "./" * 200_000 + "a") == "cat a"
+    assert normalize_command('echo "' + 'a\\"' * 100_000 + '"') == "echo " + shlex.quote(
+        'a"' * 100_000
+    )

@@ -151,7 +151,9 @@ def test_a_minimal_file_takes_the_defaults(home: Path) -> None:
     task = load_task(write(home, text)).task
     assert task.workspace == home.resolve()
     assert task.checks == ()
-    assert task.budget == Budget()
+    # No [budget]: the documented default limits, never an unbounded run.
+    assert task.budget == Budget({"steps": 1000, "wall_seconds": 3600})
+    assert task.budget.limits == _task.DEFAULT_BUDGET_LIMITS
     assert task.policy == Policy()
     assert task.command_time_limit == 120.0
     assert task.ignore == DEFAULT_IGNORE
@@ -203,8 +205,8 @@ def test_unknown_top_level_table_names_its_line(home: Path) -> None:
     path, message = config_error(home, text)
     assert message == (
         f"{path}:{line_of(text, '[extras]')}: extras: unknown key; "
-        "accepted: task, checks, contract, budget, policy, actor, prices, approve, sandbox, "
-        "fetch, search, tools"
+        "accepted: task, checks, contract, budget, policy, actor, prices, limits, approve, "
+        "sandbox, fetch, search, tools"
     )
 
 

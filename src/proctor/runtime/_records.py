@@ -257,7 +257,8 @@ class TraceRecord:
         run_id: the run.
         step: 1-based, contiguous within a run.
         kind: what the step was: ``action``, ``message``, ``verdict``, ``claim``,
-            ``completion``, ``signal``, ``user``, ``ended``.
+            ``completion``, ``signal``, ``user``, ``ended``, ``refused`` (a
+            proposal refused at the controller's boundary).
         action: the normalized action (canonical JSON), or None.
         tool_status: the tool's status, or None when no tool ran.
         result_fingerprint: fingerprint of the normalized result, or None.

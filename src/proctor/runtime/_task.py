@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 import attrs
 
-from proctor._errors import ConfigError
+from proctor._boundary import Limits, check_plain
+from proctor._errors import ConfigError, InputRefused
 from proctor.budgets._budget import Budget
 from proctor.budgets._prices import Price, PriceTable
 from proctor.runtime._effects.declared import DeclaredTool, declared_tools, parse_tools
@@ -208,6 +209,13 @@ class Task:
             None: no ``fetch`` tool.
         search: the provider of the built-in ``search``; None: no ``search`` tool.
         tools: tools the task declares (command templates, HTTP endpoints).
+        limits: the sizes that bound the work on what the actor sends (argument
+            size, command length, file size written, output kept, snapshot size,
+            nesting depth); see ``docs/robustness.md``.
+
+    Raises:
+        ConfigError: check names collide, a build has no required check, or the
+            workspace is the filesystem's root.
     """
 
     goal: str
@@ -226,6 +234,7 @@ class Task:
     task_id: str | None = None
     template: Path | None = None
     prices: PriceTable = attrs.field(factory=PriceTable)
+    limits: Limits = attrs.field(factory=Limits)
     answer_wait: float = 0.0
     approvals: tuple[Approval, ...] = attrs.field(default=(), converter=_approval_rules)
     approval_wait: float = 600.0
@@ -236,6 +245,11 @@ class Task:
     tools: tuple[DeclaredTool, ...] = attrs.field(default=(), converter=_declared)
 
     def __attrs_post_init__(self) -> None:
+        if self.workspace == Path(self.workspace.anchor):
+            raise ConfigError(
+                f"the workspace is {self.workspace}, the filesystem's root: freezing it would "
+                "copy the whole filesystem; give the project's own directory"
+            )
         for name in ("answer_wait", "approval_wait"):
             value = getattr(self, name)
             if (
@@ -336,6 +350,7 @@ class Task:
             "ignore": list(self.ignore),
             "command_time_limit": self.command_time_limit,
             "template": None if self.template is None else str(self.template),
+            "limits": self.limits.settings(),
             "answer_wait": self.answer_wait,
             "approvals": [{"tool": a.tool, "patterns": list(a.patterns)} for a in self.approvals],
             "approval_wait": self.approval_wait,
@@ -408,6 +423,7 @@ class Task:
             policy=Policy.from_mapping(data.get("policy") or {}),
             command_time_limit=float(data.get("command_time_limit", 120.0)),
             task_id=task_id,
+            limits=Limits.from_mapping(data.get("limits") or {}),
             template=None if data.get("template") is None else Path(data["template"]),
             answer_wait=float(data.get("answer_wait", 0.0)),
             approvals=tuple(
@@ -459,7 +475,7 @@ class ActorSpec:
         script = data.get("script")
         return cls(str(data["kind"]), None if script is None else Path(script), options)
 
-    def make(self, tools: Sequence[ToolSpec] | None = None) -> Any:
+    def make(self, tools: Sequence[ToolSpec] | None = None, already: int = 0) -> Any:
         """
         Make the actor.
 
@@ -467,6 +483,8 @@ class ActorSpec:
             tools: the declarations of the tools the run offers, for an actor that
                 tells a model about them (default: the built-in ones); a task's are
                 ``task.registry().specs()``.
+            already: how many proposals the actor made in the task's earlier runs:
+                a scripted actor goes on after them, not from its first line.
 
         Raises:
             ConfigError: the options do not make an actor.
@@ -476,7 +494,7 @@ class ActorSpec:
 
             if self.script is None:
                 raise ConfigError("a scripted actor needs a script")
-            return ScriptedActor.from_file(self.script)
+            return ScriptedActor.from_file(self.script, start=already)
         if self.kind == "openai":
             from proctor.runtime._actors.openai import OpenAIActor
             from proctor.runtime._tools.registry import ToolRegistry
@@ -520,6 +538,7 @@ _TOP = (
     "policy",
     "actor",
     "prices",
+    "limits",
     "approve",
     "sandbox",
     "fetch",
@@ -567,6 +586,7 @@ class _Where:
 
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
+        self.text = text
         self.lines = text.splitlines()
 
     def line_of(self, field: str) -> int | None:
@@ -628,7 +648,9 @@ def _field_and_message(message: str) -> tuple[str, str]:
 
 
 def _message(message: str) -> str:
-    return re.sub(r"^(budget|policy|prices|actor|sandbox)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message)
+    return re.sub(
+        r"^(budget|policy|prices|actor|sandbox|limits)(\.[\w:.\"-]*[\w\"-])?:?\s*", "", message
+    )
 
 
 def _table(where: _Where, data: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -655,6 +677,56 @@ def _str_list(where: _Where, value: Any, field: str) -> list[str]:
 
 ACTOR_KINDS = ("scripted", "openai", "process")
 
+#: The limits a task file without a ``[budget]`` table gets (docs/taskfile.md):
+#: no run loops forever because its author forgot to bound it.
+DEFAULT_BUDGET_LIMITS: dict[str, float] = {"steps": 1000.0, "wall_seconds": 3600.0}
+
+# A task file's data: plain, and nested no deeper than any task needs.
+_FILE_LIMITS = Limits(depth=16)
+# The longest path string a task file may give (PATH_MAX on Linux).
+_PATH_CHARS = 4096
+
+
+def _plain(where: _Where, data: Mapping[str, Any]) -> None:
+    """Refuse what no field can hold: TOML dates and times, infinities, NaN, deep nesting."""
+    for key, value in data.items():
+        items = (
+            list(enumerate(value, start=1)) if key == "checks" and isinstance(value, list) else []
+        )
+        parts = [(f"checks[{n}]", item) for n, item in items] or [(key, value)]
+        for field, item in parts:
+            try:
+                check_plain(item, _FILE_LIMITS, field, max_chars=len(where.text) + 1)
+            except InputRefused as exc:
+                reason = exc.reason
+                if "not plain data" in reason:
+                    reason = reason.split(" is not plain data")[0] + (
+                        " is not accepted here (a TOML date or time?): write it as a string"
+                    )
+                raise where.error(exc.where or field, reason) from None
+
+
+def _path_text(where: _Where, value: Any, field: str) -> str:
+    """A path string a task file gives: text, no NUL, no longer than a path can be."""
+    if not isinstance(value, str) or not value:
+        raise where.error(field, f"must be a path string (non-empty), got {value!r:.80}")
+    if "\0" in value:
+        raise where.error(field, "holds a NUL character, which no path can")
+    if len(value) > _PATH_CHARS or any(len(part.encode()) > 255 for part in value.split("/")):
+        raise where.error(
+            field,
+            f"is not a path this system can hold (at most {_PATH_CHARS} characters, "
+            "255 bytes a name)",
+        )
+    return value
+
+
+def _is_dir(where: _Where, path: Path, field: str) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError) as exc:
+        raise where.error(field, f"{path} cannot be looked up: {exc}") from None
+
 
 def _actor_spec(where: _Where, table: Mapping[str, Any], base: Path) -> ActorSpec:
     """Check an ``[actor]`` table now, so a bad one fails before anything runs."""
@@ -664,8 +736,12 @@ def _actor_spec(where: _Where, table: Mapping[str, Any], base: Path) -> ActorSpe
         script = options.pop("script", None)
         if not isinstance(script, str):
             raise where.error("actor.script", 'a scripted actor needs script = "FILE.jsonl"')
-        script_path = (base / script).resolve()
-        if not script_path.is_file():
+        script_path = (base / _path_text(where, script, "actor.script")).resolve()
+        try:
+            found = script_path.is_file()
+        except (OSError, ValueError) as exc:
+            raise where.error("actor.script", f"{script_path} cannot be looked up: {exc}") from None
+        if not found:
             raise where.error("actor.script", f"{script_path} does not exist")
         return ActorSpec(kind, script_path, options)
     try:
@@ -727,26 +803,38 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: not a task file: arrays or tables nested thousands deep "
+            f"(at most {_FILE_LIMITS.depth} levels are accepted)"
+        ) from None
     _known(where, data, _TOP, "")
+    _plain(where, data)
     base = path.parent
     task = _table(where, data, "task")
     _known(where, task, _TASK, "task")
     goal = task.get("goal")
     if not isinstance(goal, str) or not goal.strip():
         raise where.error("task.goal", "required: a non-empty string saying what to achieve")
-    workspace = task.get("workspace", ".")
-    if not isinstance(workspace, str):
-        raise where.error("task.workspace", "must be a path string")
+    workspace = _path_text(where, task.get("workspace", "."), "task.workspace")
     workspace_path = (base / workspace).resolve()
+    home = base.resolve()
+    if workspace_path == Path(workspace_path.anchor) or (
+        workspace_path != home and home.is_relative_to(workspace_path)
+    ):
+        raise where.error(
+            "task.workspace",
+            f"{workspace!r} is {workspace_path}, which holds the task file's own directory "
+            "(or is the filesystem's root): freezing it would copy all of that; give the "
+            'project\'s directory, such as "project" or "."',
+        )
     template = task.get("template")
     template_path: Path | None = None
     if template is not None:
-        if not isinstance(template, str):
-            raise where.error("task.template", "must be a path string")
-        template_path = (base / template).resolve()
-        if not template_path.is_dir():
+        template_path = (base / _path_text(where, template, "task.template")).resolve()
+        if not _is_dir(where, template_path, "task.template"):
             raise where.error("task.template", f"{template_path} is not a directory")
-    elif not workspace_path.is_dir():
+    elif not _is_dir(where, workspace_path, "task.workspace"):
         raise where.error("task.workspace", f"{workspace_path} is not a directory")
     kind = task.get("kind", "build")
     if kind not in ("build", "answer"):
@@ -836,6 +924,8 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
     required_files = _str_list(where, contract.get("required_files", []), "contract.required_files")
     scope = _str_list(where, contract.get("scope", []), "contract.scope")
 
+    if "budget" not in data:
+        data["budget"] = dict(DEFAULT_BUDGET_LIMITS)
     budget_table = _table(where, data, "budget")
     reserve = budget_table.get("reserve", {})
     if not isinstance(reserve, dict):
@@ -871,6 +961,10 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         tools = parse_tools(data.get("tools", []))
     except ConfigError as exc:
         raise where.error(*_field_and_message(str(exc))) from None
+    try:
+        size_limits = Limits.from_mapping(_table(where, data, "limits"))
+    except ConfigError as exc:
+        raise where.error(_named(str(exc), "limits"), _message(str(exc))) from None
 
     actor = _actor_spec(where, _table(where, data, "actor"), base)
     try:
@@ -893,6 +987,7 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
             task_id=task_id,
             template=template_path,
             prices=prices,
+            limits=size_limits,
             answer_wait=float(answer_wait),
             approvals=approvals,
             approval_wait=approval_wait,
@@ -944,7 +1039,14 @@ def load_task(path: str | Path) -> TaskFile:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the task file: {exc.strerror}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: byte 0x{raw[exc.start]:02x} is not UTF-8: a task file is UTF-8 text"
+        ) from None
     return parse_task(text, path)

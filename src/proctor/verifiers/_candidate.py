@@ -18,6 +18,7 @@ The verifier never judges the live workspace: it judges a snapshot made by
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -33,7 +34,7 @@ from typing import Final
 
 import attrs
 
-from proctor._errors import ConfigError
+from proctor._errors import CandidateTooLarge, ConfigError
 from proctor.verifiers._watch import TreeWatcher, open_watcher
 
 __all__ = (
@@ -654,7 +655,12 @@ def _relative_to(path: Path, root: Path) -> str | None:
         return None
 
 
-def freeze(root: Path, dest: Path, ignore: Sequence[str] = DEFAULT_IGNORE) -> Path:
+def freeze(
+    root: Path,
+    dest: Path,
+    ignore: Sequence[str] = DEFAULT_IGNORE,
+    max_bytes: int | None = None,
+) -> Path:
     """
     Snapshot a workspace into a new directory, so later writes to it do not change the copy.
 
@@ -671,11 +677,16 @@ def freeze(root: Path, dest: Path, ignore: Sequence[str] = DEFAULT_IGNORE) -> Pa
         root: the workspace.
         dest: the snapshot directory; it must not exist (its parent may not either).
         ignore: glob patterns of paths to leave out (see :func:`matches`).
+        max_bytes: the most the snapshot may hold, every file counted by its
+            apparent size (a sparse file by the size it claims, not the blocks it
+            holds); None: no limit.
 
     Returns:
         ``dest``.
 
     Raises:
+        CandidateTooLarge: the files come to more than ``max_bytes`` (nothing is
+            left of ``dest``).
         ConfigError: ``dest`` lies inside ``root`` on a path that is not ignored (the
             snapshot would copy itself).
         FileExistsError: ``dest`` already exists.
@@ -691,6 +702,18 @@ def freeze(root: Path, dest: Path, ignore: Sequence[str] = DEFAULT_IGNORE) -> Pa
             " not ignored; put it outside the workspace or under an ignored directory"
             " such as .proctor/"
         )
+    if max_bytes is not None:
+        # Measured before anything is copied: a 2 GB sparse file costs no copy.
+        total = 0
+        for _, entry in _walk(root, matcher):
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_file(follow_symlinks=False) and not entry.is_symlink():
+                    total += entry.stat(follow_symlinks=False).st_size
+            if total > max_bytes:
+                raise CandidateTooLarge(
+                    f"the candidate holds more than {max_bytes:,} bytes (files by apparent "
+                    "size): it is not frozen; remove large or sparse files, or ignore them"
+                )
     dest.mkdir(parents=True, exist_ok=False)
     # Directory modes are applied last, deepest first: a read-only directory must
     # receive its contents before it becomes read-only.

@@ -69,22 +69,55 @@ def _check_run(instance: CommandCheck, attribute: attrs.Attribute[Any], value: A
     if isinstance(value, str):
         if not value.strip():
             raise ConfigError(f"check {instance.name!r}: 'run' is an empty shell command")
+        if "\0" in value:
+            raise ConfigError(f"check {instance.name!r}: 'run' holds a NUL character")
         return
     if not value or not all(isinstance(arg, str) for arg in value):
         raise ConfigError(
             f"check {instance.name!r}: 'run' must be a shell string or a non-empty list of"
             f" strings (argv), not {value!r}"
         )
+    if any("\0" in arg for arg in value):
+        raise ConfigError(
+            f"check {instance.name!r}: 'run' holds a NUL character, which no argument can carry"
+        )
+
+
+#: The longest check name accepted.
+NAME_CHARS: Final = 200
 
 
 def _check_name(instance: CommandCheck, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not value:
-        raise ConfigError("a check needs a non-empty 'name'")
+    if not isinstance(value, str) or not value.strip() or len(value) > NAME_CHARS or "\0" in value:
+        raise ConfigError(
+            f"check {str(value)[:40]!r}: 'name' must be a non-empty string of at most "
+            f"{NAME_CHARS} characters, without NUL, not {value!r:.60}"
+        )
+
+
+def _check_exit(instance: CommandCheck, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+        raise ConfigError(
+            f"check {instance.name!r}: 'expect_exit' must be an exit code from 0 to 255, "
+            f"not {value!r}"
+        )
+
+
+def _check_bool(instance: CommandCheck, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(
+            f"check {instance.name!r}: '{attribute.name}' must be true or false, not {value!r}"
+        )
 
 
 def _check_time_limit(
     instance: CommandCheck, attribute: attrs.Attribute[Any], value: float
 ) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(
+            f"check {instance.name!r}: 'time_limit' must be a positive number of seconds,"
+            f" not {value!r}"
+        )
     if not value > 0 or math.isinf(value):
         raise ConfigError(
             f"check {instance.name!r}: 'time_limit' must be a positive number of seconds,"
@@ -97,6 +130,11 @@ def _check_junit(
 ) -> None:
     if value is None:
         return
+    if not isinstance(value, str) or "\0" in value:
+        raise ConfigError(
+            f"check {instance.name!r}: 'junit' must be a path string such as 'report.xml',"
+            f" not {value!r}"
+        )
     path = PurePosixPath(value)
     if not value or path.is_absolute() or ".." in path.parts:
         raise ConfigError(
@@ -130,15 +168,16 @@ class CommandCheck:
             the ones the baseline requires.
 
     Raises:
-        ConfigError: an empty name or command, a time limit that is not a positive
-            number, or a report path that leaves the candidate.
+        ConfigError: an empty name or command, a NUL in either, an exit code
+            outside 0-255, a time limit that is not a positive number, or a report
+            path that leaves the candidate.
     """
 
     name: str = attrs.field(validator=_check_name)
     run: tuple[str, ...] | str = attrs.field(converter=_as_run, validator=_check_run)
-    expect_exit: int = 0
+    expect_exit: int = attrs.field(default=0, validator=_check_exit)
     time_limit: float = attrs.field(default=600.0, validator=_check_time_limit)
-    required: bool = True
+    required: bool = attrs.field(default=True, validator=_check_bool)
     junit: str | None = attrs.field(default=None, validator=_check_junit)
     harness: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     not_harness: tuple[str, ...] = attrs.field(default=(), converter=_strings)

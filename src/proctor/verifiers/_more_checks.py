@@ -187,8 +187,24 @@ class FileCheck:
     required: bool = True
 
     def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 200:
+            raise ConfigError(
+                f"a check needs a non-empty string 'name' of at most 200 characters, "
+                f"not {self.name!r:.60}"
+            )
         if not self.paths:
             raise ConfigError(f"check {self.name!r}: 'files' needs at least one path pattern")
+        if not all(isinstance(p, str) and "\0" not in p for p in self.paths):
+            raise ConfigError(f"check {self.name!r}: 'files' must be a list of path patterns")
+        if not isinstance(self.required, bool):
+            raise ConfigError(
+                f"check {self.name!r}: 'required' must be true or false, not {self.required!r}"
+            )
+        if self.pattern is not None and not isinstance(self.pattern, str):
+            raise ConfigError(
+                f"check {self.name!r}: 'pattern' must be a regular expression string, "
+                f"not {self.pattern!r}"
+            )
         if self.pattern is not None:
             try:
                 re.compile(self.pattern)

@@ -79,16 +79,24 @@ class ScriptedActor:
 
     Args:
         proposals: the script (any sequence; kept as a list).
+        start: how many of its proposals were already made (by the earlier runs
+            of a resumed task): it goes on with the next one.
     """
 
     proposals: list[Proposal] = attrs.field(converter=_as_list)
     observations: list[Observation] = attrs.field(factory=list, init=False)
-    _next: int = attrs.field(default=0, init=False)
+    _next: int = attrs.field(default=0, alias="start")
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ScriptedActor:
-        """Load a script: JSON Lines, one proposal per line (see ``docs/taskfile.md``)."""
-        return cls(load_script(path))
+    def from_file(cls, path: str | Path, start: int = 0) -> ScriptedActor:
+        """
+        Load a script: JSON Lines, one proposal per line (see ``docs/taskfile.md``).
+
+        Args:
+            path: the script.
+            start: how many of its proposals were already made; it goes on after them.
+        """
+        return cls(load_script(path), start=start)
 
     async def propose(self, observation: Observation) -> Proposal | None:
         """Return the next scripted proposal."""
@@ -123,15 +131,23 @@ def load_script(path: str | Path, lines: Iterable[str] | None = None) -> list[Pr
             lines = Path(path).read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the actor script: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{path}: the actor script is not UTF-8 text (byte {exc.start}: {exc.reason})"
+            ) from None
     proposals: list[Proposal] = []
     for number, line in enumerate(lines, start=1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
+        # Plain JSON, as an agent would send it: what the runtime cannot carry
+        # (Infinity, lone surrogates) is refused by the controller, as any actor's.
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}:{number}: nested too deeply to be a proposal") from None
         if not isinstance(data, dict):
             raise ConfigError(
                 f"{path}:{number}: a proposal is a JSON object with "
@@ -139,7 +155,7 @@ def load_script(path: str | Path, lines: Iterable[str] | None = None) -> list[Pr
             )
         try:
             proposals.append(converter.structure(data, Proposal))  # type: ignore[arg-type]
-        except (cattrs.BaseValidationError, KeyError, ValueError, TypeError) as exc:
+        except (cattrs.BaseValidationError, KeyError, ValueError, TypeError, RecursionError) as exc:
             detail = (
                 "; ".join(cattrs.transform_error(exc))
                 if isinstance(exc, cattrs.BaseValidationError)

@@ -54,6 +54,7 @@ import attrs
 import httpx
 import structlog
 
+from proctor._boundary import dumps_utf8
 from proctor._errors import ActorError, ConfigError
 from proctor.budgets._bucket import backoff
 from proctor.budgets._usage import Usage
@@ -764,10 +765,13 @@ class OpenAIActor:
         """Send one request; return the completion, or why it may be tried again."""
         key = self._api_key()
         headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        headers["Content-Type"] = "application/json"
         response: httpx.Response | None = None
         try:
             with anyio.move_on_after(self.request_time_limit):
-                response = await self._http().post("chat/completions", json=body, headers=headers)
+                response = await self._http().post(
+                    "chat/completions", content=dumps_utf8(body), headers=headers
+                )
         except httpx.TransportError as exc:
             return _Retry(f"{type(exc).__name__}: {exc or 'no detail'}")
         if response is None:

@@ -44,6 +44,7 @@ import structlog
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from proctor._boundary import dumps_utf8
 from proctor._errors import ActorError, ConfigError
 from proctor._wire import converter
 from proctor.budgets._usage import Usage
@@ -440,7 +441,7 @@ class ProcessActor:
     async def _exchange(self, observation: Observation) -> Proposal | None:
         await self._start()
         self._stderr_done = anyio.Event()
-        line = (json.dumps(observation_message(observation), ensure_ascii=False) + "\n").encode()
+        line = dumps_utf8(observation_message(observation)) + b"\n"
         outcome: Proposal | _Exited | _Failed | None = None
         with anyio.move_on_after(self.response_time_limit):
             async with anyio.create_task_group() as tg:
@@ -498,7 +499,7 @@ class ProcessActor:
         if self._process is None:
             return  # never started: nothing to tell
         self._stderr_done = anyio.Event()
-        line = (json.dumps(observation_message(observation), ensure_ascii=False) + "\n").encode()
+        line = dumps_utf8(observation_message(observation)) + b"\n"
         process = self._process
         with anyio.move_on_after(_END_GRACE):
             async with anyio.create_task_group() as tg:

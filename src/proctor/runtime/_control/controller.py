@@ -33,7 +33,16 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor import _channels as channels
-from proctor._errors import BudgetError, EffectError, FencedError, ProctorError, WorkspaceError
+from proctor._boundary import Limits, check_plain
+from proctor._errors import (
+    BudgetError,
+    CandidateTooLarge,
+    EffectError,
+    FencedError,
+    InputRefused,
+    ProctorError,
+    WorkspaceError,
+)
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -73,7 +82,7 @@ from proctor.runtime._journal import JournalLike
 from proctor.runtime._operator import apply_amendment
 from proctor.runtime._outcome import Handoff
 from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
-from proctor.runtime._progress.normalize import fingerprint
+from proctor.runtime._progress.normalize import fingerprint, prepare
 from proctor.runtime._records import (
     Claim,
     Completion,
@@ -92,14 +101,14 @@ from proctor.runtime._records import (
     TraceRecord,
 )
 from proctor.runtime._task import Task
-from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool
+from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool, check_call
 from proctor.runtime._tools.spec import ToolSpec
 from proctor.verifiers._candidate import TreeHasher, freeze
 from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, VerifyResult
 
-__all__ = ("Controller", "StepCallback", "StopRequest", "Wake")
+__all__ = ("Controller", "StepCallback", "StopRequest", "Wake", "proposal_refusal")
 
 from proctor.runtime._control.trace import (
     _action_event,
@@ -151,6 +160,94 @@ AFTER_END_LIMIT = 16
 AFTER_END_WAIT = 2.0
 #: How often a write found not applied is sent again (with the same key).
 MAX_EFFECT_RETRIES = 3
+
+
+def _plain(proposal: Proposal) -> dict[str, Any]:
+    """A proposal as the plain data its fields hold, for the boundary's check."""
+    if isinstance(proposal, ToolCall):
+        return {"tool": proposal.tool, "args": proposal.args, "poll": proposal.poll}
+    if isinstance(proposal, Round):
+        return {"calls": [_plain(call) for call in proposal.calls]}
+    if isinstance(proposal, Message):
+        return {
+            "text": proposal.text,
+            "sources": list(proposal.sources),
+            "blockers": list(proposal.blockers),
+        }
+    if isinstance(proposal, Completion):
+        return {"summary": proposal.summary}
+    return {
+        "condition": proposal.condition,
+        "evidence": list(proposal.evidence),
+        "reason": proposal.reason,
+    }
+
+
+def _typed(proposal: Proposal) -> str | None:
+    """What is wrong with the types of a proposal's fields (a Python actor may send anything)."""
+    calls: Sequence[Any] = ()
+    if isinstance(proposal, ToolCall):
+        calls = (proposal,)
+    elif isinstance(proposal, Round):
+        if not isinstance(proposal.calls, tuple | list) or not proposal.calls:
+            return "a round must hold at least one tool call"
+        calls = proposal.calls
+        if not all(isinstance(call, ToolCall) for call in calls):
+            return "a round holds only tool calls"
+    for call in calls:
+        if not isinstance(call.tool, str) or not call.tool:
+            return f"a tool call names its tool by a non-empty string, not {call.tool!r}"
+        if not isinstance(call.args, dict):
+            return f"a tool call's arguments are a JSON object, not {type(call.args).__name__}"
+        if not isinstance(call.poll, bool):
+            return "a tool call's poll is true or false"
+    texts: dict[str, Any] = {}
+    if isinstance(proposal, Message):
+        texts = {"text": proposal.text, "sources": proposal.sources, "blockers": proposal.blockers}
+    elif isinstance(proposal, Completion):
+        texts = {"summary": proposal.summary}
+    elif isinstance(proposal, Claim):
+        texts = {"condition": proposal.condition, "evidence": proposal.evidence}
+        texts["reason"] = proposal.reason
+    for name, value in texts.items():
+        if isinstance(value, str):
+            continue
+        if not isinstance(value, tuple | list) or not all(isinstance(v, str) for v in value):
+            return f"{name} must be text (or a list of texts), not {type(value).__name__}"
+    return None
+
+
+def proposal_refusal(proposal: Proposal, registry: ToolRegistry, limits: Limits) -> str | None:
+    """
+    Why a proposal cannot cross the controller's boundary, or None.
+
+    Whatever the actor (any kind: scripted, a function, a model, a process, an
+    MCP client) sent is checked before anything uses it: field types, plain data
+    (finite numbers, 64-bit integers, no lone surrogates, bounded nesting and
+    size), and the limits of its tool (command length, file size).
+
+    Args:
+        proposal: what the actor sent.
+        registry: the tools on offer (their declarations).
+        limits: the size limits.
+    """
+    problem = _typed(proposal)
+    if problem is not None:
+        return f"refused: {problem}"
+    try:
+        check_plain(_plain(proposal), limits, "proposal")
+    except InputRefused as exc:
+        return f"refused: {exc}"
+    calls: Sequence[ToolCall] = ()
+    if isinstance(proposal, ToolCall):
+        calls = (proposal,)
+    elif isinstance(proposal, Round):
+        calls = proposal.calls
+    for call in calls:
+        problem = check_call(registry.spec(call.tool), call.args, limits)
+        if problem is not None:
+            return f"refused: {call.tool}: {problem}"
+    return None
 
 
 def _claim_event(claim: Claim) -> dict[str, Any]:
@@ -795,7 +892,28 @@ class Controller:
         )
         return f"denied by {who}: {why}; {shown} was not sent"
 
+    def _refusal(self, proposal: Proposal) -> str | None:
+        return proposal_refusal(proposal, self.registry, self.task.limits)
+
+    async def _refuse(self, reason: str) -> None:
+        """
+        Refuse a proposal at the boundary: a step spent, journaled, and counted by
+        the decision core as a step without progress (refusals repeated end the
+        run ``no_progress``, budget or not).
+        """
+        charged = await self._reserve({"steps": 1.0}, charge=True)
+        if isinstance(charged, Exhaustion):
+            await self._exhausted(charged)
+            return
+        ruling = self.judge.refusal(reason)
+        record = await self._record("refused", ruling, event={"type": "refused", "reason": reason})
+        await self._report(record, ruling)
+
     async def _proposal(self, proposal: Proposal) -> None:
+        refusal = self._refusal(proposal)
+        if refusal is not None:
+            await self._refuse(refusal)
+            return
         # A step is charged as soon as it is granted (if the host dies during it,
         # the turn is still spent): one round trip to the accountant. A lone read
         # is charged with it; a call that does not fit is reserved on its own
@@ -837,14 +955,15 @@ class Controller:
         else:
             if self.judge.actions == 0 and self.task.kind == "build" and self.task.checks:
                 # Evidence "already obtained" with nothing tried: every permitted path was
-                # skipped. (A live guard: a recorded trajectory is judged by its claims.)
-                ruling = Ruling(
-                    Decision.REFUSE,
-                    False,
+                # skipped. Counted as a step without progress; exported as a refused
+                # event, so that a replay decides it the same.
+                reason = (
                     "claim refused: nothing was tried yet; read the relevant files and run "
-                    "the checks first, then claim with the evidence they gave",
+                    "the checks first, then claim with the evidence they gave"
                 )
-                await self._report(await self._record("claim", ruling), ruling)
+                ruling = self.judge.refusal(reason)
+                refused: dict[str, Any] = {"type": "refused", "reason": reason}
+                await self._report(await self._record("claim", ruling, event=refused), ruling)
                 return
             if (
                 proposal.status == "needs_input"
@@ -944,6 +1063,10 @@ class Controller:
             outcome = await self._interruptible(call)
         if isinstance(outcome, Refused):
             return outcome
+        if len(outcome.output) >= 8_192:
+            # Normalizing a large output is CPU work: off the event loop, so that
+            # the accountant's deadline is announced while it runs.
+            await anyio.to_thread.run_sync(prepare, outcome.output, outcome.exit_code)
         after = before
         if spec.effectful:
             for name in spec.paths:
@@ -1139,7 +1262,24 @@ class Controller:
                 )
             return
         snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
-        await anyio.to_thread.run_sync(freeze, self.task.workspace, snapshot, self.task.ignore)
+        try:
+            await anyio.to_thread.run_sync(
+                freeze,
+                self.task.workspace,
+                snapshot,
+                self.task.ignore,
+                self.task.limits.snapshot_bytes,
+            )
+        except CandidateTooLarge as exc:
+            snapshot.parent.rmdir()
+            # Not verified: a step without progress, as any refusal.
+            reason = f"verification refused: {exc} (limits.snapshot_bytes)"
+            ruling = self.judge.refusal(reason)
+            event: dict[str, Any] = {"type": "refused", "reason": reason}
+            record = await self._record("refused", ruling, event=event)
+            if report:
+                await self._report(record, ruling)
+            return
         ref = self._next_ref()
         await self.to_verifier.send(
             VerifyRequest(
@@ -1294,7 +1434,16 @@ class Controller:
                     message = await self._receive()
                 if scope.cancelled_caught or isinstance(message, ActorFinished | ActorCrashed):
                     break
-                if isinstance(message, ToolCall | Round):
+                bad = (
+                    self._refusal(message)
+                    if isinstance(message, ToolCall | Round | Message | Completion | Claim)
+                    else None
+                )
+                if bad is not None:
+                    ruling = Ruling(Decision.REFUSE, False, f"the run has ended; {bad}")
+                    await self._record("refused", ruling, event=None)
+                    await self._observe(ObservationKind.REFUSAL, ruling.reason)
+                elif isinstance(message, ToolCall | Round):
                     calls = (message,) if isinstance(message, ToolCall) else message.calls
                     for call in calls:
                         refused = await self._dispatch(call)

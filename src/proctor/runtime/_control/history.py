@@ -35,6 +35,7 @@ __all__ = (
     "History",
     "load_effects",
     "load_history",
+    "proposals_made",
     "save_snapshot",
     "snapshot_due",
 )
@@ -44,6 +45,50 @@ log = structlog.get_logger()
 #: A running controller journals a snapshot of its decision core every this many
 #: steps; a resume after its host died replays at most about as many.
 SNAPSHOT_EVERY = 5_000
+
+
+#: The kinds of steps that answer one proposal of the actor (the actions of one
+#: round count once).
+PROPOSAL_KINDS = frozenset({"action", "message", "completion", "claim", "refused"})
+
+
+def count_proposals(steps: Sequence[Mapping[str, Any]]) -> int:
+    """How many of the actor's proposals a run's journaled steps answer."""
+    count = 0
+    last_round: object = None
+    for step in steps:
+        if step.get("kind") not in PROPOSAL_KINDS:
+            last_round = None
+            continue
+        rnd = (step.get("event") or {}).get("round") if step.get("kind") == "action" else None
+        if rnd is None or rnd != last_round:
+            count += 1
+        last_round = rnd
+    return count
+
+
+async def proposals_made(
+    journal: JournalLike, task_id: str, actor: Mapping[str, Any], *, run_id: str | None = None
+) -> int:
+    """
+    How many proposals the actor described by ``actor`` (a journaled ``actor``
+    note's body) made in the task's runs: those whose actor was that one.
+
+    Args:
+        journal: the journal.
+        task_id: the task.
+        actor: the actor's description.
+        run_id: count this run only (a worker's takeover of it).
+    """
+    total = 0
+    for row in await journal.runs_of_task(task_id):
+        if run_id is not None and row.run_id != run_id:
+            continue
+        note = await journal.latest_note(row.run_id, "actor")
+        if note is None or note["body"] != dict(actor):
+            continue
+        total += count_proposals(await journal.steps(row.run_id))
+    return total
 
 
 @attrs.frozen

@@ -26,6 +26,7 @@ from proctor._errors import (
     ConfigError,
     FencedError,
     ProctorError,
+    RunHeld,
     SandboxUnavailableError,
     WorkspaceBusyError,
 )
@@ -67,7 +68,16 @@ from proctor.verifiers._harness import collect_files
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, run_verifier, verify_snapshot
 
-__all__ = ("HEARTBEAT_SECONDS", "Stopper", "command_sandbox", "own_paths", "run", "start_run")
+__all__ = (
+    "HEARTBEAT_SECONDS",
+    "Stopper",
+    "command_sandbox",
+    "holder_alive",
+    "holder_token",
+    "own_paths",
+    "run",
+    "start_run",
+)
 
 log = structlog.get_logger()
 
@@ -395,6 +405,99 @@ async def _fence_breach(
     )
 
 
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        stat = b""
+    if stat:
+        # The command name (field 2) may hold spaces and parentheses: split after it.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 19:
+            return fields[19].decode()
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return "?"
+
+
+def holder_token(run_id: str) -> str:
+    """
+    This process's name as the holder of a task, running ``run_id``:
+    ``HOST:PID:START:RUN``. The start time tells this process from a later one
+    that was given the same pid.
+    """
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or '?'}:{run_id}"
+
+
+def _holder_name(token: str) -> str:
+    try:
+        host, pid, _, run_id = token.rsplit(":", 3)
+    except ValueError:
+        return token or "an unknown host"
+    return f"host {host} pid {pid} (run {run_id[:12]})"
+
+
+def holder_alive(token: str) -> bool:
+    """
+    Whether the holder named by ``token`` is alive: its process still runs with
+    the start time it had. A holder on another host cannot be looked at from
+    here, and counts as alive.
+    """
+    try:
+        host, pid_text, start, _ = token.rsplit(":", 3)
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return True
+    if pid == os.getpid():
+        return True
+    started = _start_time(pid)
+    return started is not None and (started == start or "?" in (started, start))
+
+
+async def _hold(journal: JournalLike, task_id: str, run_id: str, *, takeover: bool) -> str:
+    """
+    Take the task for this process for the run's life: one live host at a time.
+
+    A holder that is dead (its process is gone) is replaced; so is the holder of
+    the very run a worker takes over (the journal's lease says it lost the run).
+
+    Raises:
+        RunHeld: another live host holds the task.
+    """
+    token = holder_token(run_id)
+    for _ in range(3):
+        held = await journal.hold_task(task_id, run_id, token)
+        if held is None:
+            return token
+        if not held.holder:
+            continue  # released in between: try again
+        replaceable = not holder_alive(held.holder) or (takeover and held.run_id == run_id)
+        if not replaceable:
+            break
+        held = await journal.hold_task(task_id, run_id, token, replacing=held.holder)
+        if held is None:
+            log.info("run.holder_replaced", task_id=task_id)
+            return token
+    assert held is not None
+    raise RunHeld(
+        f"task {task_id} is held by {_holder_name(held.holder)}, which is alive: one host "
+        "runs a task at a time; wait for it to end, or stop it first",
+        holder=_holder_name(held.holder),
+        run_id=held.run_id,
+    )
+
+
 async def run(
     task: Task,
     actor: Actor,
@@ -489,21 +592,28 @@ async def start_run(
     task_id = task.task_id or uuid.uuid4().hex
     structlog.contextvars.bind_contextvars(run_id=run_id, task_id=task_id)
     try:
-        return await _run(
-            task,
-            actor,
-            journal,
-            registry,
-            on_step,
-            run_id,
-            task_id,
-            parent_run_id,
-            actor_spec,
-            claimed,
-            stopper,
-            heartbeat_seconds,
-            answer,
-        )
+        await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
+        # Before anything changes: the workspace, the journal's runs, anyone's processes.
+        holder = await _hold(journal, task_id, run_id, takeover=claimed is not None)
+        try:
+            return await _run(
+                task,
+                actor,
+                journal,
+                registry,
+                on_step,
+                run_id,
+                task_id,
+                parent_run_id,
+                actor_spec,
+                claimed,
+                stopper,
+                heartbeat_seconds,
+                answer,
+            )
+        finally:
+            with anyio.move_on_after(5, shield=True), contextlib.suppress(ProctorError):
+                await journal.release_task(task_id, holder)
     finally:
         _HOSTED.discard(run_id)
         structlog.contextvars.unbind_contextvars("run_id", "task_id")
@@ -596,6 +706,7 @@ async def _run(
         env={"PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
         sandbox=command_sandbox(task, hide),
         protected=task.protected,
+        limits=task.limits,
     )
     # Watched: a step learns what changed from the kernel instead of walking the tree.
     hasher = TreeHasher(task.workspace, task.ignore, watch=True)

@@ -48,6 +48,7 @@ import anyio
 import attrs
 import structlog
 
+from proctor._boundary import printable
 from proctor._digest import canonical_json, digest
 from proctor._errors import ConfigError, EffectError, ProctorError
 from proctor.budgets._bucket import backoff
@@ -294,7 +295,7 @@ def target_of(
                 paths.append(workspace.relative(workspace.resolve(raw)))
             else:
                 paths.append(normalize_path(raw))
-        return Target("file", " ".join(paths))
+        return Target("file", printable(" ".join(paths)))
     if "url" in names:
         method = str(args.get("method", "GET")).upper()
         return Target("http", f"{method} {_url_identity(str(_arg(spec, args, 'url')))}")
@@ -643,7 +644,7 @@ def file_digest(path: Path) -> str | None:
 def _file_digests(path: Path, tool: str, args: Mapping[str, Any]) -> tuple[str | None, str | None]:
     before = file_digest(path)
     if tool == "write_file":
-        return before, digest(str(args.get("content", "")).encode("utf-8"))
+        return before, digest(str(args.get("content", "")).encode("utf-8", "surrogateescape"))
     if tool == "delete_file":
         return before, ABSENT
     if tool == "edit_file" and before not in (None, ABSENT):
@@ -653,7 +654,7 @@ def _file_digests(path: Path, tool: str, args: Mapping[str, Any]) -> tuple[str |
             return before, None
         old, new = str(args.get("old", "")), str(args.get("new", ""))
         if old and old in text:
-            return before, digest(text.replace(old, new, 1).encode("utf-8"))
+            return before, digest(text.replace(old, new, 1).encode("utf-8", "surrogateescape"))
     return before, None
 
 
@@ -712,7 +713,9 @@ class FileReconciler:
         now = await anyio.to_thread.run_sync(file_digest, path)
         intended = effect.intended_digest
         if intended is None and effect.tool == "write_file":
-            intended = digest(str(effect.args.get("content", "")).encode("utf-8"))
+            intended = digest(
+                str(effect.args.get("content", "")).encode("utf-8", "surrogateescape")
+            )
         elif intended is None and effect.tool == "delete_file":
             intended = ABSENT
         if now is None:

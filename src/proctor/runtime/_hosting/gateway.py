@@ -45,6 +45,7 @@ from mcp.server.streamable_http_manager import (
 )
 from mcp.server.transport_security import TransportSecuritySettings
 
+from proctor._boundary import printable
 from proctor._errors import ConfigError
 from proctor.runtime._actors.openai import tool_result_text
 from proctor.runtime._control.controller import StepCallback
@@ -460,7 +461,8 @@ def _call_result(
         blocks.append(observation.text)
     status = observation.results[0].status.value if observation.results else None
     return types.CallToolResult(
-        content=[types.TextContent(text=block) for block in blocks],
+        # An MCP message cannot carry a surrogate (a listed name that is not UTF-8).
+        content=[types.TextContent(text=printable(block)) for block in blocks],
         structured_content={
             "kind": observation.kind.value,
             "status": status,

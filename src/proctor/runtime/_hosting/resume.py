@@ -8,22 +8,55 @@ from typing import Any
 
 import attrs
 
-from proctor._errors import ConfigError
+from proctor._errors import ConfigError, FencedError
 from proctor.runtime._actors.base import Actor
 from proctor.runtime._control.controller import StepCallback
-from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, start_run
-from proctor.runtime._journal import open_journal
+from proctor.runtime._control.history import proposals_made
+from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, holder_alive, start_run
+from proctor.runtime._journal import JournalLike, RunRow, open_journal
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._progress.policy import Policy
-from proctor.runtime._task import Task
+from proctor.runtime._records import Disposition
+from proctor.runtime._task import ActorSpec, Task
 from proctor.runtime._tools.registry import ToolRegistry
 
 __all__ = ("resume",)
 
 
+async def _close_actorless(journal: JournalLike, run: RunRow) -> bool:
+    """
+    Close a run whose host died before it journaled the run's actor: nothing can
+    make that actor again, so the run would stay ``running`` for ever. Returns
+    whether it was closed now.
+    """
+    if run.status != "running":
+        return False
+    holder = await journal.task_holder(run.task_id)
+    if holder is not None and holder.run_id == run.run_id and holder_alive(holder.holder):
+        return False  # its host is alive, and about to journal it
+    reason = {
+        "code": "actor_never_journaled",
+        "message": "the run's host died before it journaled the run's actor; "
+        "resume the task with an actor given again (--script)",
+        "owner": "operator",
+    }
+    try:
+        await journal.end_run(
+            run.run_id,
+            run.epoch,
+            disposition=Disposition.FAILED.value,
+            stop_reason=reason,
+            candidate_digest=None,
+            handoff=None,
+        )
+    except FencedError:
+        return False
+    return True
+
+
 async def resume(
     run_id: str,
-    actor: Actor,
+    actor: Actor | None,
     journal: str | os.PathLike[str] = "proctor.db",
     *,
     task: Task | None = None,
@@ -46,7 +79,9 @@ async def resume(
 
     Args:
         run_id: any earlier run of the task (a unique prefix of 6+ characters).
-        actor: the actor for the new run.
+        actor: the actor for the new run; None makes the actor the run was
+            journaled with again, and a scripted one goes on after the proposals
+            the task's runs with it already made (not from its first line).
         journal: the journal's path.
         task: the task, when it holds checks that live in code (Python checks,
             judges); by default it is rebuilt from the journal.
@@ -62,13 +97,28 @@ async def resume(
     Raises:
         RunNotFoundError: no such run.
         ConfigError: the task cannot be rebuilt from the journal (pass ``task``),
-            or an empty answer.
+            or an empty answer; or ``actor`` is None and the run has no
+            journaled actor (a run left ``running`` so by a dead host is closed
+            ``failed`` first, reason ``actor_never_journaled``).
+        RunHeld: another live host holds the task.
         WorkspaceBusyError: a live run holds the workspace.
     """
     if answer is not None and not answer.strip():
         raise ConfigError("resume: the answer is empty; say what the run needs to know")
     async with open_journal(journal) as j:
         parent = await j.get_run(run_id)
+        if actor is None:
+            note = await j.latest_note(parent.run_id, "actor")
+            if note is None:
+                closed = await _close_actorless(j, parent)
+                raise ConfigError(
+                    f"run {parent.run_id} has no journaled actor"
+                    + (", and its host is gone: it is now closed failed" if closed else "")
+                    + "; pass the actor again (proctor resume --script FILE)"
+                )
+            spec = ActorSpec.from_description(note["body"])
+            actor_spec = spec.describe()
+            actor = spec.make(already=await proposals_made(j, parent.task_id, actor_spec))
         stored = await j.get_task(parent.task_id)
         if task is None:
             task = Task.from_description(stored["spec"], task_id=parent.task_id)

@@ -21,8 +21,9 @@ import anyio
 import attrs
 import structlog
 
-from proctor._errors import ConfigError, FencedError
+from proctor._errors import ConfigError, FencedError, RunHeld
 from proctor.runtime._control.controller import StepCallback
+from proctor.runtime._control.history import proposals_made
 from proctor.runtime._control.run import Stopper, start_run
 from proctor.runtime._hosting.export import latest_actor
 from proctor.runtime._journal import Claimed, JournalLike, open_journal
@@ -89,7 +90,13 @@ async def _one(
     spec = await latest_actor(journal, claimed.run_id)
     if spec is None:
         raise ConfigError(f"queued run {claimed.run_id} has no journaled actor")
-    actor = spec.make()
+    # A run taken over goes on: its scripted actor after the proposals it made.
+    made = 0
+    if claimed.previous_epoch > 0:
+        made = await proposals_made(
+            journal, claimed.task_id, spec.describe(), run_id=claimed.run_id
+        )
+    actor = spec.make(already=made)
     lost = False
     result: RunResult | None = None
     async with anyio.create_task_group() as tg:
@@ -112,6 +119,11 @@ async def _one(
         except FencedError as exc:
             # Another worker took the run over: this one's writes are refused.
             log.warning("worker.fenced", run_id=claimed.run_id, error=str(exc))
+            lost = True
+        except RunHeld as exc:
+            # Another live host runs the task: the run is claimed again once this
+            # worker's lease on it runs out.
+            log.warning("worker.task_held", run_id=claimed.run_id, holder=exc.holder)
             lost = True
         tg.cancel_scope.cancel()
     if lost:

@@ -19,6 +19,7 @@ __all__ = (
     "DURABLE",
     "EFFECT_STATES",
     "EffectRow",
+    "HolderRow",
     "JournalLike",
     "MIN_PREFIX",
     "ProcessRow",
@@ -159,6 +160,25 @@ class RunRow:
         if self.waiting:
             return f"{WAITING} ({self.waiting})", self.waiting_since or self.started_at
         return RUNNING, self.started_at
+
+
+@attrs.frozen
+class HolderRow:
+    """
+    Who holds a task: the one live host that runs its runs.
+
+    Args:
+        task_id: the task.
+        run_id: the run the holder runs.
+        holder: the holder's token (``HOST:PID:START:RUN``, see
+            :func:`proctor.runtime._control.run.holder_token`).
+        since: when it took the task (seconds since the epoch).
+    """
+
+    task_id: str
+    run_id: str
+    holder: str
+    since: float
 
 
 @attrs.frozen
@@ -305,6 +325,34 @@ class JournalLike(Protocol):
     async def claim_run(self, worker: str, lease_seconds: float) -> Claimed | None: ...
     async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool: ...
     async def release_run(self, run_id: str, epoch: int) -> None: ...
+
+    async def hold_task(
+        self, task_id: str, run_id: str, holder: str, *, replacing: str | None = None
+    ) -> HolderRow | None:
+        """
+        Take the task for ``holder``, who runs ``run_id``, for that run's life.
+
+        The task is taken when no one holds it, or when it is held by exactly
+        ``replacing`` (a holder the caller found dead). The take is one atomic
+        statement: of two hosts racing, one takes it and the other is told who.
+
+        Returns:
+            None when the task is now held by ``holder``; otherwise who holds it.
+
+        Raises:
+            JournalError: the task is not in the journal.
+        """
+        ...
+
+    async def release_task(self, task_id: str, holder: str) -> None:
+        """
+        Let go of the task, if ``holder`` still holds it; nothing otherwise.
+        """
+        ...
+
+    async def task_holder(self, task_id: str) -> HolderRow | None:
+        """Return who holds the task, or None when no one does."""
+        ...
 
     async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> int: ...
     async def append_steps(

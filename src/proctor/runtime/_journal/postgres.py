@@ -64,6 +64,7 @@ from proctor.runtime._journal.base import (
     SYNCHRONOUS,
     Claimed,
     EffectRow,
+    HolderRow,
     ProcessRow,
     RunRow,
     Synchronous,
@@ -74,6 +75,7 @@ from proctor.runtime._journal.rows import (
     SpendRecord,
     check_lease,
     check_worker,
+    clean,
     dump,
     dump_opt,
     effect_row,
@@ -392,6 +394,19 @@ class _Sql:
         SELECT id, run_id, kind, body, at FROM notes
         WHERE run_id = $1 AND kind = $2 ORDER BY id DESC LIMIT 1
     """
+
+    # -- holders --------------------------------------------------------------------
+
+    hold_task = """
+        INSERT INTO holders (task_id, run_id, holder, since)
+        VALUES ($1, $2, $3, $4)
+        ON CONFLICT (task_id) DO UPDATE
+        SET run_id = excluded.run_id, holder = excluded.holder, since = excluded.since
+        WHERE holders.holder = $5
+        RETURNING holder
+    """
+    task_holder = "SELECT task_id, run_id, holder, since FROM holders WHERE task_id = $1"
+    release_task = "DELETE FROM holders WHERE task_id = $1 AND holder = $2"
 
     # -- leases ---------------------------------------------------------------------
 
@@ -976,6 +991,47 @@ class PgJournal:
             if _count(status) != 1:
                 await self._diagnose_run(conn, run_id, what)
 
+    # -- holders ------------------------------------------------------------------------
+
+    @boundaries("hold_task")
+    async def hold_task(
+        self, task_id: str, run_id: str, holder: str, *, replacing: str | None = None
+    ) -> HolderRow | None:
+        """
+        Take the task for ``holder`` if no one holds it, or ``replacing`` does; return
+        None when taken, else who holds it (see :meth:`JournalLike.hold_task`).
+
+        Raises:
+            JournalError: the task is not in the journal.
+        """
+        what = f"hold task {task_id}"
+        async with self._use(what) as conn:
+            try:
+                taken = await conn.fetch(
+                    _Sql.hold_task, task_id, run_id, holder, time.time(), replacing
+                )
+            except asyncpg.ForeignKeyViolationError as exc:
+                raise JournalError(
+                    f"journal {self.path}: could not {what}: the task is not in the journal"
+                ) from exc
+            if taken:
+                return None
+            rows = await conn.fetch(_Sql.task_holder, task_id)
+        # Released between the two statements: nobody holds it now, but not us either.
+        return HolderRow(*rows[0]) if rows else HolderRow(task_id, "", "", 0.0)
+
+    @boundaries("release_task")
+    async def release_task(self, task_id: str, holder: str) -> None:
+        """Let go of the task if ``holder`` holds it (see :meth:`JournalLike.release_task`)."""
+        async with self._use(f"release task {task_id}") as conn:
+            await conn.execute(_Sql.release_task, task_id, holder)
+
+    async def task_holder(self, task_id: str) -> HolderRow | None:
+        """Return who holds the task, or None (see :meth:`JournalLike.task_holder`)."""
+        async with self._use(f"read the holder of task {task_id}") as conn:
+            rows = await conn.fetch(_Sql.task_holder, task_id)
+        return HolderRow(*rows[0]) if rows else None
+
     # -- steps --------------------------------------------------------------------------
 
     @boundaries("append_step")
@@ -1231,7 +1287,7 @@ class PgJournal:
     async def record_process(self, run_id: str, pgid: int, command: str) -> None:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as conn:
-            await conn.execute(_Sql.record_process, run_id, pgid, command, time.time())
+            await conn.execute(_Sql.record_process, run_id, pgid, clean(command), time.time())
 
     @boundaries("end_process")
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:

@@ -4,12 +4,15 @@ Backend-neutral row codecs, argument checks and refusal diagnosis, shared by bot
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import (
     Iterable,
     Mapping,
+    Sequence,
 )
 from typing import Any
 
@@ -18,6 +21,7 @@ import structlog
 from proctor._errors import (
     ConfigError,
     FencedError,
+    JournalError,
 )
 from proctor.runtime._journal.base import EFFECT_STATES, QUEUED, SPEND_KINDS, EffectRow, RunRow
 from proctor.runtime._records import Disposition
@@ -119,6 +123,19 @@ def dump(value: Any) -> str:
     return text if _valid(text) else json.dumps(value, separators=(",", ":"))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(text: str | None) -> str | None:
+    """
+    JSON text for a text column: a surrogate in it (it can only stand in a JSON
+    string) becomes its ``\\uXXXX`` escape, which reads back to the same value.
+    """
+    if text is None or _valid(text):
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def clean(text: str) -> str:
     """A plain text column holds valid Unicode: a lone surrogate becomes U+FFFD."""
     if _valid(text):
@@ -130,12 +147,40 @@ def dump_opt(value: Any) -> str | None:
     return None if value is None else dump(value)
 
 
-def load(text: str) -> Any:
-    return json.loads(text)
+def load(text: str, where: str = "a journal row") -> Any:
+    """
+    Read a JSON column. A row that does not read (a corrupted file) is reported
+    with what it is, and never parsed as data.
+
+    Raises:
+        JournalError: the column is not the JSON it was written as.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise JournalError(
+            f"{where} is corrupt in the journal ({type(exc).__name__}: {exc}); "
+            "it is not read as data"
+        ) from None
 
 
-def load_opt(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def load_opt(text: str | None, where: str = "a journal row") -> Any:
+    return None if text is None else load(text, where)
+
+
+# The key of a step's checksum in its ``extra`` column.
+_CHECKSUM = "_checksum"
+
+
+def _step_checksum(values: Sequence[Any]) -> str:
+    """A digest of a step row's columns as stored, in column order."""
+    # Numbers as floats: a column may hand back 1.0 for the 1 it was given.
+    plain = [v if v is None or isinstance(v, str) else repr(float(v)) for v in values]
+    text = json.dumps(plain, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("ascii"), digest_size=16).hexdigest()
+
+
+_STEP_SUMMED = (*STEP_FIELDS, "event")
 
 
 def fenced_error(
@@ -194,9 +239,15 @@ def step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str,
     params["progress"] = bool(params["progress"])
     params["reason"] = clean(str(params["reason"]))
     params["event"] = dump_opt(record.get("event"))
+    params["action"] = json_text(params["action"])
     # Fields this schema has no column for yet are kept, not dropped.
     extra = {key: value for key, value in record.items() if key not in STEP_KNOWN}
-    params["extra"] = dump(extra) if extra else None
+    extra_text = dump(extra) if extra else None
+    # A checksum over every column as stored, kept with them: a row changed on
+    # disk is told from a valid one when it is read.
+    summed = [params[name] for name in _STEP_SUMMED]
+    extra[_CHECKSUM] = _step_checksum([run_id, *summed, extra_text])
+    params["extra"] = dump(extra)
     return params
 
 
@@ -223,6 +274,41 @@ def step_record(row: Any) -> dict[str, Any]:
         event,
         extra,
     ) = row
+    where = f"step {step} of run {run_id}"
+    extras = load(extra, where) if extra is not None else {}
+    if not isinstance(extras, dict):
+        raise JournalError(f"{where} is corrupt in the journal: it is not read as data")
+    checksum = extras.pop(_CHECKSUM, None)
+    if checksum is not None:
+        values = [
+            trace_id,
+            step,
+            kind,
+            action,
+            tool_status,
+            result_fingerprint,
+            state_version,
+            state_delta,
+            remaining,
+            decision,
+            bool(progress),
+            reason,
+            stop_reason,
+            disposition,
+            policy_version,
+            at,
+            event,
+        ]
+        extra_text = dump(extras) if extras else None
+        try:
+            summed = _step_checksum([run_id, *values, extra_text])
+        except (TypeError, ValueError):
+            summed = None  # a column of another type than written (bytes, say)
+        if summed != checksum:
+            raise JournalError(
+                f"{where} is corrupt in the journal (its checksum does not match its "
+                "columns); it is not read as data"
+            )
     record = {
         "trace_id": trace_id,
         "run_id": run_id,
@@ -232,19 +318,18 @@ def step_record(row: Any) -> dict[str, Any]:
         "tool_status": tool_status,
         "result_fingerprint": result_fingerprint,
         "state_version": state_version,
-        "state_delta": load(state_delta),
-        "remaining": load(remaining),
+        "state_delta": load(state_delta, where),
+        "remaining": load(remaining, where),
         "decision": decision,
         "progress": bool(progress),
         "reason": reason,
-        "stop_reason": load_opt(stop_reason),
+        "stop_reason": load_opt(stop_reason, where),
         "disposition": disposition,
         "policy_version": policy_version,
         "at": at,
-        "event": load_opt(event),
+        "event": load_opt(event, where),
     }
-    if extra is not None:
-        record.update(load(extra))
+    record.update(extras)
     return record
 
 
@@ -254,7 +339,7 @@ def task_record(row: Any) -> dict[str, Any]:
     return {
         "task_id": tid,
         "goal": goal,
-        "spec": load(spec),
+        "spec": load(spec, f"task {tid}"),
         "contract_version": contract_version,
         "created_at": created_at,
     }
@@ -263,7 +348,13 @@ def task_record(row: Any) -> dict[str, Any]:
 def note_records(rows: Iterable[Any]) -> list[dict[str, Any]]:
     """Notes rows, as both backends select them, as plain data (bodies decoded)."""
     return [
-        {"id": nid, "run_id": rid, "kind": kind, "body": load(body), "at": at}
+        {
+            "id": nid,
+            "run_id": rid,
+            "kind": kind,
+            "body": load(body, f"note {nid} of run {rid}"),
+            "at": at,
+        }
         for nid, rid, kind, body, at in rows
     ]
 
@@ -281,7 +372,7 @@ def effect_row(row: Any) -> EffectRow:
         state=row[7],
         created_at=row[8],
         updated_at=row[9],
-        outcome=load_opt(row[10]),
+        outcome=load_opt(row[10], f"effect {row[0]} of run {row[1]}"),
     )
 
 
@@ -294,14 +385,14 @@ def run_row(row: Any) -> RunRow:
         epoch=row[3],
         status=row[4],
         disposition=row[5],
-        stop_reason=load_opt(row[6]),
-        policy=load(row[7]),
+        stop_reason=load_opt(row[6], f"run {row[0]}"),
+        policy=load(row[7], f"run {row[0]}"),
         policy_version=row[8],
         host=row[9],
         started_at=row[10],
         ended_at=row[11],
         candidate_digest=row[12],
-        handoff=load_opt(row[13]),
+        handoff=load_opt(row[13], f"run {row[0]}"),
         goal=row[14],
         steps=row[15],
         owner=row[16],

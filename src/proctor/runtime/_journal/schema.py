@@ -183,6 +183,18 @@ SQLITE_MIGRATIONS: tuple[SqliteMigration, ...] = (
         CREATE INDEX IF NOT EXISTS runs_live ON runs (workspace) WHERE status = 'running';
         """,
     ),
+    # Holders: the one live host that runs a task's runs, for the run's life
+    # (resume, run and worker all take it; a second host is refused by name).
+    SqliteMigration(
+        script="""
+        CREATE TABLE IF NOT EXISTS holders (
+            task_id TEXT PRIMARY KEY REFERENCES tasks (task_id),
+            run_id  TEXT NOT NULL,
+            holder  TEXT NOT NULL,
+            since   REAL NOT NULL
+        );
+        """,
+    ),
 )
 
 #: The schema version this proctor writes and understands.
@@ -350,6 +362,15 @@ PG_MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE runs ADD COLUMN IF NOT EXISTS waiting_since double precision;
     ALTER TABLE runs ADD COLUMN IF NOT EXISTS workspace text;
     CREATE INDEX IF NOT EXISTS runs_live ON runs (workspace) WHERE status = 'running';
+    """,
+    # Holders: the one live host that runs a task's runs, for the run's life.
+    """
+    CREATE TABLE IF NOT EXISTS holders (
+        task_id text COLLATE "C" PRIMARY KEY REFERENCES tasks (task_id),
+        run_id  text COLLATE "C" NOT NULL,
+        holder  text NOT NULL,
+        since   double precision NOT NULL
+    );
     """,
 )
 

@@ -74,6 +74,7 @@ from proctor.runtime._journal.base import (
     SYNCHRONOUS,
     Claimed,
     EffectRow,
+    HolderRow,
     ProcessRow,
     RunRow,
     Synchronous,
@@ -84,6 +85,7 @@ from proctor.runtime._journal.rows import (
     SpendRecord,
     check_lease,
     check_worker,
+    clean,
     dump,
     dump_opt,
     effect_row,
@@ -375,6 +377,17 @@ class _Sql:
         WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
     """
     # A run released while running is claimable at once; an ended one keeps no lease.
+    hold_task = """
+        INSERT INTO holders (task_id, run_id, holder, since)
+        VALUES (:task_id, :run_id, :holder, :now)
+        ON CONFLICT (task_id) DO UPDATE
+        SET run_id = excluded.run_id, holder = excluded.holder, since = excluded.since
+        WHERE holders.holder = :replacing
+        RETURNING holder
+    """
+    task_holder = "SELECT task_id, run_id, holder, since FROM holders WHERE task_id = ?"
+    release_task = "DELETE FROM holders WHERE task_id = ? AND holder = ?"
+
     release_run = f"""
         UPDATE runs
         SET owner = NULL,
@@ -535,6 +548,12 @@ class Journal:
             yield
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self._path}: could not {what}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            # SQLite's own message quoting a damaged schema, in bytes that are not UTF-8.
+            raise JournalError(
+                f"journal {self._path}: could not {what}: the file is damaged "
+                f"(SQLite reported text that is not UTF-8: {exc.reason})"
+            ) from exc
 
     def _connected(self, what: str) -> aiosqlite.Connection:
         """Return the connection, or raise if the journal is closed (hold the lock)."""
@@ -989,6 +1008,54 @@ class Journal:
             if cursor.rowcount != 1:
                 await self._diagnose_run(db, run_id, what)
 
+    # -- holders ------------------------------------------------------------------------
+
+    async def hold_task(
+        self, task_id: str, run_id: str, holder: str, *, replacing: str | None = None
+    ) -> HolderRow | None:
+        """
+        Take the task for ``holder`` if no one holds it, or ``replacing`` does; return
+        None when taken, else who holds it (see :meth:`JournalLike.hold_task`).
+
+        Raises:
+            JournalError: the task is not in the journal.
+        """
+        params = {
+            "task_id": task_id,
+            "run_id": run_id,
+            "holder": holder,
+            "now": time.time(),
+            "replacing": replacing,
+        }
+        what = f"hold task {task_id}"
+        async with self._use(what) as db:
+            try:
+                crash_point("hold_task:before")
+                taken = list(await db.execute_fetchall(_Sql.hold_task, params))
+                crash_point("hold_task:after")
+            except sqlite3.IntegrityError as exc:
+                raise JournalError(
+                    f"journal {self._path}: could not {what}: the task is not in the journal"
+                ) from exc
+            if taken:
+                return None
+            rows = list(await db.execute_fetchall(_Sql.task_holder, (task_id,)))
+        # Released between the two statements: nobody holds it now, but not us either.
+        return HolderRow(*rows[0]) if rows else HolderRow(task_id, "", "", 0.0)
+
+    async def release_task(self, task_id: str, holder: str) -> None:
+        """Let go of the task if ``holder`` holds it (see :meth:`JournalLike.release_task`)."""
+        async with self._use(f"release task {task_id}") as db:
+            crash_point("release_task:before")
+            await db.execute(_Sql.release_task, (task_id, holder))
+            crash_point("release_task:after")
+
+    async def task_holder(self, task_id: str) -> HolderRow | None:
+        """Return who holds the task, or None (see :meth:`JournalLike.task_holder`)."""
+        async with self._use(f"read the holder of task {task_id}") as db:
+            rows = list(await db.execute_fetchall(_Sql.task_holder, (task_id,)))
+        return HolderRow(*rows[0]) if rows else None
+
     # -- steps --------------------------------------------------------------------------
 
     async def append_step(self, run_id: str, epoch: int, record: Mapping[str, Any]) -> int:
@@ -1329,7 +1396,7 @@ class Journal:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as db:
             crash_point("record_process:before")
-            await db.execute(_Sql.record_process, (run_id, pgid, command, time.time()))
+            await db.execute(_Sql.record_process, (run_id, pgid, clean(command), time.time()))
             crash_point("record_process:after")
 
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:

@@ -968,6 +968,27 @@ class Judge:
             )
         return ruling
 
+    def refusal(self, reason: str) -> Ruling:
+        """
+        Decide a proposal refused before it was weighed: input the runtime cannot
+        carry, arguments over a limit, a claim with nothing tried. It is a step
+        without progress, like a monologue turn: refusals repeated, the same way
+        or not, stop the run ``no_progress`` at the stall threshold.
+
+        Args:
+            reason: why it was refused, for the actor.
+        """
+        if self.disposition is not None:
+            return Ruling(Decision.REFUSE, False, "the run has ended; the proposal changes nothing")
+        ruling = self._idle_step(reason)
+        if ruling.decision is Decision.STOP:
+            return ruling
+        if ruling.decision is Decision.NUDGE:
+            return attrs.evolve(
+                ruling, decision=Decision.REFUSE, reason=f"{reason}\n{ruling.reason}"
+            )
+        return attrs.evolve(ruling, decision=Decision.REFUSE)
+
     @staticmethod
     def claim_missing(claim: Claim) -> list[str]:
         """What an escalation claim fails to name: its condition, evidence or reason."""

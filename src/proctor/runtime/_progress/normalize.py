@@ -15,6 +15,7 @@ line and column numbers, counts, exit codes, versions, memory sizes.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 import shlex
@@ -30,7 +31,9 @@ __all__ = (
     "normalize_command",
     "normalize_output",
     "normalize_path",
+    "prepare",
     "response_fingerprint",
+    "split_command",
     "strip_volatile",
 )
 
@@ -222,6 +225,11 @@ def normalize_output(text: str) -> str:
     return collapse_whitespace(strip_volatile(text))
 
 
+# Outputs at least this long are fingerprinted through a small cache, which
+# :func:`prepare` fills off the event loop before the decision core asks.
+_LARGE = 8_192
+
+
 def fingerprint(text: str) -> str:
     """
     Fingerprint a tool's output, ignoring volatile parts and whitespace layout.
@@ -229,7 +237,29 @@ def fingerprint(text: str) -> str:
     Args:
         text: a tool's output.
     """
+    if len(text) >= _LARGE:
+        return _large_fingerprint(text)
     return digest(normalize_output(text))
+
+
+@functools.lru_cache(maxsize=8)
+def _large_fingerprint(text: str) -> str:
+    return digest(normalize_output(text))
+
+
+def prepare(output: str, exit_code: int | None) -> None:
+    """
+    Compute a large output's fingerprint and failure signature ahead, into a
+    small cache (in a worker thread: normalizing a large output is CPU work that
+    should not hold the event loop, and the wall-clock budget with it).
+
+    Args:
+        output: a tool's output.
+        exit_code: its exit code.
+    """
+    if len(output) >= _LARGE:
+        _large_fingerprint(output)
+        _large_signature(output, exit_code)
 
 
 # ---------------------------------------------------------------------------
@@ -300,6 +330,18 @@ def failure_signature(output: str, exit_code: int | None) -> str:
         output: the command's output (stdout and stderr as the tool reports them).
         exit_code: its exit code; None when it did not exit (killed, timed out).
     """
+    if len(output) >= _LARGE:
+        return _large_signature(output, exit_code)
+    return _failure_signature(output, exit_code)
+
+
+@functools.lru_cache(maxsize=8)
+def _large_signature(output: str, exit_code: int | None) -> str:
+    return _failure_signature(output, exit_code)
+
+
+def _failure_signature(output: str, exit_code: int | None) -> str:
+    """Compute a failure signature (see :func:`failure_signature`)."""
     errors = _error_lines(output)
     last = ""
     for line in reversed(output.splitlines()):
@@ -324,14 +366,79 @@ _PYTHON_RE = re.compile(r"python(?:\d+(?:\.\d+)*)?(?:\.exe)?", re.IGNORECASE)
 _ASSIGNMENT_RE = re.compile(r"[A-Za-z_]\w*=")
 
 
+# Leading "./" components, each with the slashes after it.
+_DOT_SLASHES_RE = re.compile(r"(?:\./+)*")
+
+
 def _strip_dot_slash(token: str) -> str:
     # "--rootdir=./src" names the same path as "--rootdir=src".
     prefix, sep, rest = token.partition("=")
     if sep and prefix.startswith("-") and rest.startswith("./"):
         return prefix + sep + _strip_dot_slash(rest)
-    while token.startswith("./") and len(token) > 2:
-        token = token[2:].lstrip("/") or "."
-    return token
+    if not token.startswith("./") or len(token) <= 2:
+        return token
+    # One match, not a strip per component: "././././..." stays linear.
+    end = _DOT_SLASHES_RE.match(token).end()  # type: ignore[union-attr]
+    if end < len(token):
+        return token[end:]
+    # Only "./" components: a final bare "./" is kept, as "./" alone is.
+    return "./" if token.endswith("./") else "."
+
+
+# One piece of a POSIX command line, as shlex reads it in POSIX mode with
+# whitespace_split (shlex.split): whitespace, a run of plain characters, a
+# single-quoted string, a double-quoted string, or a backslash escape.
+_SHELL_PIECE_RE = re.compile(
+    r"""(?P<space>[ \t\r\n]+)"""
+    r"""|(?P<plain>[^ \t\r\n'"\\]+)"""
+    r"""|'(?P<single>[^']*)'"""
+    r'|"(?P<double>[^"\\]*(?:\\[\s\S][^"\\]*)*)"'
+    r"""|\\(?P<escaped>[\s\S])"""
+)
+# Inside double quotes only a quote or a backslash is escaped; the backslash
+# before anything else is kept (as shlex has it).
+_DOUBLE_ESCAPE_RE = re.compile(r'\\(["\\])')
+
+
+def split_command(cmd: str) -> list[str]:
+    """
+    Split a command line as :func:`shlex.split` does, in time linear in its length.
+
+    :mod:`shlex` builds each token one character at a time by string
+    concatenation, which is quadratic in the length of a token; this gives the
+    same tokens from a handful of regular-expression pieces.
+
+    Args:
+        cmd: a shell command line.
+
+    Raises:
+        ValueError: an unclosed quotation, or a backslash at the very end.
+    """
+    tokens: list[str] = []
+    parts: list[str] = []
+    in_token = False
+    pos, end = 0, len(cmd)
+    while pos < end:
+        match = _SHELL_PIECE_RE.match(cmd, pos)
+        if match is None:
+            if cmd[pos] == "\\":
+                raise ValueError("No escaped character")
+            raise ValueError("No closing quotation")
+        pos = match.end()
+        kind = match.lastgroup
+        if kind == "space":
+            if in_token:
+                tokens.append("".join(parts))
+                parts, in_token = [], False
+            continue
+        in_token = True
+        text = match.group(kind or 0)
+        if kind == "double" and "\\" in text:
+            text = _DOUBLE_ESCAPE_RE.sub(r"\1", text)
+        parts.append(text)
+    if in_token:
+        tokens.append("".join(parts))
+    return tokens
 
 
 def _is_python(token: str) -> bool:
@@ -355,7 +462,7 @@ def normalize_command(cmd: str | Sequence[str]) -> str:
     try:
         if isinstance(cmd, str):
             try:
-                tokens = shlex.split(cmd)
+                tokens = split_command(cmd)
             except ValueError:
                 tokens = cmd.split()
         else:

@@ -16,8 +16,9 @@ from typing import Any, Literal, cast
 
 import attrs
 
+from proctor._boundary import loads_strict
 from proctor._digest import digest
-from proctor._errors import ConfigError, TrajectoryError
+from proctor._errors import ConfigError, InputRefused, TrajectoryError
 from proctor._wire import expect_bool, expect_int, expect_str, expect_strings
 from proctor.runtime._progress.judge import (
     Act,
@@ -72,6 +73,7 @@ _EVENT_KEYS: dict[str, tuple[str, ...]] = {
     "signal": ("type", "name"),
     "user": ("type", "text"),
     "claim": ("type", "status", "condition", "evidence", "reason"),
+    "refused": ("type", "reason"),
 }
 _RESULT_KEYS = ("status", "exit_code", "output")
 _HEADER_KEYS = ("format", "version", "task", "policy")
@@ -302,6 +304,8 @@ def _parse_event(obj: Any, index: int) -> Event:
         _choice(_need(obj, "name", line, what), _SIGNALS, line, "signal name")
     elif kind == "user":
         _string(obj.get("text", ""), line, "text")
+    elif kind == "refused":
+        _string(obj.get("reason", ""), line, "reason")
     else:
         _choice(_need(obj, "status", line, what), ("blocked", "needs_input"), line, "status")
         _string(obj.get("condition", ""), line, "condition")
@@ -335,9 +339,9 @@ def parse_trajectory(
         if not text.strip():
             raise _fail(number, "empty line; every line after the header must be one JSON event")
         try:
-            parsed.append(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise _fail(number, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            parsed.append(loads_strict(text))
+        except InputRefused as exc:
+            raise _fail(number, str(exc)) from None
     header = _parse_header(parsed[0], policy_overrides)
     events = tuple(_parse_event(obj, index) for index, obj in enumerate(parsed[1:], start=1))
     return Trajectory(header, events)
@@ -813,6 +817,8 @@ def _decide(judge: Judge, event: Event, judged: str) -> Ruling:
         return judge.signal(data["name"])
     if event.type == "user":
         return judge.user(data.get("text", "") or "")
+    if event.type == "refused":
+        return judge.refusal(data.get("reason", "") or "refused")
     return judge.claim(
         Claim(
             status=data["status"],

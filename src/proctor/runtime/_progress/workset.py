@@ -40,7 +40,9 @@ def _item_hash(parts: tuple[str, ...]) -> int:
             )
     # The same text as canonical_json(list(parts)), without its generic walk.
     nfc = [unicodedata.normalize("NFC", part) for part in parts]
-    raw = json.dumps(nfc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    raw = json.dumps(nfc, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
     return int.from_bytes(hashlib.blake2b(raw, digest_size=16).digest(), "big")
 
 

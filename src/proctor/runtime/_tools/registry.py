@@ -29,6 +29,7 @@ import anyio
 import attrs
 import structlog
 
+from proctor._boundary import DEFAULT_LIMITS, Limits, clip_text
 from proctor._errors import ConfigError, ProctorError, WorkspaceError
 from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.runtime._tools.process import ProcessGroups, run_command
@@ -37,7 +38,15 @@ from proctor.runtime._tools.spec import BUILTIN_SPECS, ToolSpec, spec_for
 from proctor.runtime._tools.workspace import Workspace
 from proctor.verifiers._candidate import matches
 
-__all__ = ("Tool", "ToolContext", "ToolFn", "ToolRegistry", "call_tool", "run_workspace_command")
+__all__ = (
+    "Tool",
+    "ToolContext",
+    "ToolFn",
+    "ToolRegistry",
+    "call_tool",
+    "check_call",
+    "run_workspace_command",
+)
 
 log = structlog.get_logger()
 
@@ -64,6 +73,8 @@ class ToolContext:
             always sets one, from the task's ``[sandbox]``).
         protected: glob patterns of paths the file tools refuse to change,
             judged on the path as resolved, never on the raw argument.
+        limits: the sizes a tool's work is bounded by (the output kept, the
+            size of a file written).
     """
 
     workspace: Workspace
@@ -72,6 +83,7 @@ class ToolContext:
     env: Mapping[str, str] | None = None
     sandbox: SandboxSpec | None = None
     protected: tuple[str, ...] = ()
+    limits: Limits = DEFAULT_LIMITS
 
 
 ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[ToolResult]]
@@ -223,7 +235,11 @@ async def call_tool(
 
     Bad input from the agent never raises: an unknown tool, arguments that do not
     fit the tool's declaration, a path that leaves the workspace and a failing
-    file operation each give an ``error`` result that says what was wrong.
+    file operation each give an ``error`` result that says what was wrong. A
+    tool that raises (a custom tool's bug) or returns something other than a
+    :class:`ToolResult` gives an ``error`` result too, naming the exception. The
+    output kept is at most ``ctx.limits.output_chars`` characters (its head and
+    its tail).
 
     Args:
         registry: the tools on offer.
@@ -251,7 +267,57 @@ async def call_tool(
     except OSError as exc:
         where = f" ({args['path']})" if isinstance(args.get("path"), str) else ""
         result = _error(f"{name} failed: {exc.strerror or exc}{where}")
-    return attrs.evolve(result, duration=time.monotonic() - started)
+    except (ValueError, UnicodeError) as exc:
+        # A path holding a NUL, text a codec cannot write: the agent's input.
+        result = _error(f"{name} failed: {exc}")
+    except Exception as exc:
+        # A tool's own bug is its result, not the run's end (cancellation is a
+        # BaseException and passes).
+        log.warning("tool.raised", tool=name, error=repr(exc))
+        result = _error(f"{name} raised {type(exc).__name__}: {exc}")
+    if not isinstance(result, ToolResult):
+        result = _error(f"{name} returned a {type(result).__name__}, not a ToolResult")
+    elif not isinstance(result.output, str):
+        result = _error(f"{name} returned output of type {type(result.output).__name__}, not text")
+    output = clip_text(result.output, ctx.limits.output_chars)
+    return attrs.evolve(result, output=output, duration=time.monotonic() - started)
+
+
+def check_call(spec: ToolSpec, args: Mapping[str, Any], limits: Limits) -> str | None:
+    """
+    Return why a call's arguments exceed the limits of its kind of tool, or None.
+
+    A command (``run_command``'s ``cmd``) is bounded by ``limits.command_chars``,
+    a file's content (``write_file``'s ``content``, ``edit_file``'s ``new``) by
+    ``limits.file_bytes``.
+
+    Args:
+        spec: the tool's declaration.
+        args: the call's arguments.
+        limits: the limits.
+    """
+    cmd = args.get("cmd") if spec.name == "run_command" else None
+    if isinstance(cmd, str) and len(cmd) > limits.command_chars:
+        return (
+            f"the command holds {len(cmd):,} characters, more than limits.command_chars "
+            f"({limits.command_chars:,}): write a script with write_file and run that"
+        )
+    for key in ("content", "new"):
+        text = args.get(key) if spec.name in ("write_file", "edit_file") else None
+        if isinstance(text, str) and len(text) > limits.file_bytes // 4:
+            size = len(_encode(text))
+            if size > limits.file_bytes:
+                return (
+                    f"{key} is {size:,} bytes, more than limits.file_bytes "
+                    f"({limits.file_bytes:,}): write the file in smaller parts"
+                )
+    return None
+
+
+def _encode(text: str) -> bytes:
+    # U+DC80..U+DCFF stand for bytes that are not UTF-8 (surrogateescape): a
+    # file read or listed with them is written back byte for byte.
+    return text.encode("utf-8", "surrogateescape")
 
 
 # --- the built-in tools ----------------------------------------------------------
@@ -345,7 +411,7 @@ async def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     _fenced(ctx, inside, rel)
     if path.is_dir():
         return _error(f"not a file: {rel} is a directory; write_file writes files")
-    data = content.encode("utf-8")
+    data = _encode(content)
     await anyio.to_thread.run_sync(_write_atomic, ctx, inside, data)
     return ToolResult(ToolStatus.OK, f"wrote {len(data)} bytes to {inside}")
 
@@ -380,8 +446,13 @@ async def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             f"'old' text not found in {rel}; give text that occurs in the file exactly "
             "(read_file shows it), including whitespace and line breaks"
         )
-    edited = text.replace(old, new, 1)
-    await anyio.to_thread.run_sync(_write_atomic, ctx, inside, edited.encode("utf-8"))
+    edited = _encode(text.replace(old, new, 1))
+    if len(edited) > ctx.limits.file_bytes:
+        return _error(
+            f"the edit would leave {rel} at {len(edited):,} bytes, more than limits.file_bytes "
+            f"({ctx.limits.file_bytes:,})"
+        )
+    await anyio.to_thread.run_sync(_write_atomic, ctx, inside, edited)
     more = f"; {count - 1} more occurrence(s) left unchanged" if count > 1 else ""
     return ToolResult(ToolStatus.OK, f"edited {inside}: replaced 1{more}")
 
