@@ -22,7 +22,16 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 #: it may import. A room may always import itself. Keep in step with the module
 #: tour in docs/architecture.md.
 ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "base": (("proctor._errors", "proctor._channels", "proctor._digest", "proctor._logging"), ()),
+    "base": (
+        (
+            "proctor._errors",
+            "proctor._channels",
+            "proctor._digest",
+            "proctor._logging",
+            "proctor._boundary",
+        ),
+        (),
+    ),
     "records": (("proctor.runtime._records", "proctor.runtime._tools.spec"), ("base",)),
     "wire": (("proctor._wire", "proctor._validators"), ("base", "records")),
     "budgets": (("proctor.budgets._",), ("base", "wire")),

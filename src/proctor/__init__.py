@@ -110,6 +110,7 @@ __all__ = (
     "PythonCheck",
     "Round",
     "RunEndedError",
+    "RunHeld",
     "RunNotFoundError",
     "RunResult",
     "SandboxUnavailableError",

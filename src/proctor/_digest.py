@@ -85,7 +85,9 @@ def digest(data: str | bytes) -> str:
     Hash data to 32 hex characters (BLAKE2b, 16-byte digest).
 
     Args:
-        data: bytes, or a string (hashed as UTF-8).
+        data: bytes, or a string (hashed as UTF-8; a lone surrogate, such as
+            ``surrogateescape`` leaves for a file name that is not UTF-8, is
+            hashed as its three-byte form, so every string has a digest).
     """
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     return hashlib.blake2b(raw, digest_size=16).hexdigest()

@@ -33,6 +33,7 @@ from proctor.runtime._records import NoteKind, ToolCall, ToolResult
 __all__ = (
     "SNAPSHOT_EVERY",
     "History",
+    "count_proposals",
     "load_effects",
     "load_history",
     "proposals_made",

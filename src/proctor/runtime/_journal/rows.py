@@ -29,6 +29,7 @@ from proctor.runtime._records import Disposition
 log = structlog.get_logger()
 
 __all__ = (
+    "json_text",
     "DISPOSITIONS",
     "STEP_FIELDS",
     "STEP_KNOWN",
