@@ -60,6 +60,9 @@ script = "agent.jsonl"
 """
 
 
+UNSANDBOXED = '\n[sandbox]\nmode = "off"\n'
+
+
 def _write_task(
     root: Path, proposals: list[dict[str, Any]], *, extra_task: str = "", extra: str = ""
 ) -> Path:
@@ -241,7 +244,9 @@ async def test_a_second_sigint_exits_at_once_and_the_next_open_closes_the_run(
     # A check that takes long: the first SIGINT cannot end the run before the
     # verifier answers, so the second one is what ends the process.
     marker = tmp_path / "checking"
-    task = _write_task(tmp_path, [READ, COMPLETE])
+    # Off: the check signals through a file outside the workspace, which the
+    # sandbox would not let it write.
+    task = _write_task(tmp_path, [READ, COMPLETE], extra=UNSANDBOXED)
     text = task.read_text(encoding="utf-8").replace(
         'run = ["true"]', f'run = ["sh", "-c", "touch {marker}; exec sleep 30"]'
     )
@@ -418,7 +423,9 @@ async def test_deny_refuses_the_call_and_tells_the_actor_why(
 async def test_a_host_killed_with_9_is_stale_and_the_next_run_closes_it(
     tmp_path: Path, hosts: Callable[..., Host]
 ) -> None:
-    task = _write_task(tmp_path, [SLEEP, COMPLETE])
+    # Off: in the sandbox the command dies with its host (--die-with-parent), and
+    # this test is about closing what a dead host left running.
+    task = _write_task(tmp_path, [SLEEP, COMPLETE], extra=UNSANDBOXED)
     journal = tmp_path / "j.db"
     host = hosts(tmp_path, "run", str(task), "--journal", str(journal))
     row = await _command_running(journal)
