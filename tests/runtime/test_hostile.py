@@ -485,7 +485,9 @@ def _proctor(*args: str, cwd: Path) -> subprocess.Popen[str]:
     )
 
 
-def _write_task(home: Path, script: list[dict[str, Any]], budget: str = "") -> Path:
+def _write_task(
+    home: Path, script: list[dict[str, Any]], budget: str = "", *, unsandboxed: bool = False
+) -> Path:
     (home / "project").mkdir(parents=True, exist_ok=True)
     (home / "project" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (home / "agent.jsonl").write_text("".join(json.dumps(p) + "\n" for p in script))
@@ -493,6 +495,9 @@ def _write_task(home: Path, script: list[dict[str, Any]], budget: str = "") -> P
         '[task]\ngoal = "fix add"\nworkspace = "project"\n\n[[checks]]\nname = "sum"\n'
         f'run = ["{PY}", "-c", "import calc, sys; sys.exit(calc.add(2, 3) != 5)"]\n'
         f'\n{budget}\n[actor]\nscript = "agent.jsonl"\n'
+        # Off where the test's command leaves its mark outside the workspace, which
+        # the sandbox would not let it write.
+        + ('\n[sandbox]\nmode = "off"\n' if unsandboxed else "")
     )
     (home / "task.toml").write_text(text)
     return home / "task.toml"
@@ -502,7 +507,11 @@ async def test_two_concurrent_resumes_of_one_run_one_proceeds_and_the_command_ru
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "h"
-    task = _write_task(home, [{"type": "action", "tool": "read_file", "args": {"path": "calc.py"}}])
+    task = _write_task(
+        home,
+        [{"type": "action", "tool": "read_file", "args": {"path": "calc.py"}}],
+        unsandboxed=True,
+    )
     journal = str(tmp_path / "j.db")
     _, out, _ = await _cli("run", str(task), "--journal", journal, "--json")
     run_id = json.loads(out)["run_id"]
@@ -553,7 +562,7 @@ async def test_a_resumed_scripted_actor_goes_on_after_the_proposals_already_made
         {"type": "action", "tool": "run_command", "args": {"cmd": log}},
         {"type": "action", "tool": "read_file", "args": {"path": "calc.py"}},
     ]
-    task = _write_task(home, script)
+    task = _write_task(home, script, unsandboxed=True)
     journal = str(tmp_path / "j.db")
     _, out, _ = await _cli("run", str(task), "--journal", journal, "--json")
     outcome = json.loads(out)
