@@ -473,7 +473,8 @@ async def test_retune_says_what_happened_and_below_spent_needs_the_flag(
     raised = _cli("retune", row.run_id, "--limit", "steps=50", *common, cwd=tmp_path)
     assert raised.returncode == 0, raised.stdout + raised.stderr
     assert "retune applied at step" in raised.stdout
-    assert "from no limit to 50" in raised.stdout
+    # A task file without [budget] has the documented default of 1,000 steps.
+    assert "from 1000 to 50" in raised.stdout
     low = _cli("retune", row.run_id, "--limit", "steps=1", *common, cwd=tmp_path)
     assert low.returncode == 1
     assert "refused" in low.stderr

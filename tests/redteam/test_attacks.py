@@ -7,6 +7,7 @@ on disk. After each, the journal passes SQLite's integrity check (the fixture).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -347,11 +348,19 @@ async def test_with_the_sandbox_off_a_detached_child_survives(attack: Any) -> No
     # its process group and outlives the command; the handoff says the run was
     # unsandboxed.
     token = "proctor-redteam-off"
-    detach = f"setsid -f sh -c 'sleep 60; : {token}'"
+    mark = f"/tmp/{token}-{os.getpid()}.pid"
+    # The command returns only once the child has left its session (it writes its
+    # pid after setsid): ending the run's group first would kill it, by a race.
+    detach = (
+        f"rm -f {mark}; setsid -f sh -c 'echo $$ > {mark}; sleep 60; : {token}'; "
+        f"until [ -s {mark} ]; do sleep 0.01; done"
+    )
     done = await attack([FIX, command(detach), COMPLETE], sandbox='mode = "off"')
     survivors = alive_with(token)
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(mark)
     assert survivors != []
     assert done.disposition is Disposition.COMPLETED
     assert any("unsandboxed" in f for f in done.result.handoff.open_findings)
