@@ -481,10 +481,13 @@ async def run_command(
                 # Nothing of the sandbox outlives the call: wait for its namespace to go.
                 await launched.wait_empty()
             log.debug("process.ended", pgid=pgid, how=how, returncode=process.returncode)
-            if groups is not None:
+        if groups is not None:
+            # In a scope of its own: a cleanup that ran out of time (a loaded host)
+            # must not lose the journal's record of how the group ended.
+            with anyio.move_on_after(_CLEANUP_LIMIT, shield=True):
                 groups.discard(pgid)
                 if groups.on_end is not None:
-                    await groups.on_end(pgid, how)
+                    await groups.on_end(pgid, how if how is not None else "killed")
     forks_refused = launched.release() if launched is not None else False
     duration = time.monotonic() - started
     output = capture.text()
