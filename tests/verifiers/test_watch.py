@@ -38,10 +38,15 @@ class WatchedTree(RuleBasedStateMachine):
     def _path(self, rel: str) -> Path:
         return self.root / rel
 
+    def _through_link(self, rel: str) -> bool:
+        # A link on the way (or at the end) would send the write elsewhere, or loop.
+        parts = rel.split("/")
+        return any((self.root.joinpath(*parts[: i + 1])).is_symlink() for i in range(len(parts)))
+
     @rule(rel=st.sampled_from(PATHS), content=st.binary(max_size=8))
     def write(self, rel: str, content: bytes) -> None:
         path = self._path(rel)
-        if path.parent.is_file() or path.parent.is_symlink() or path.is_dir():
+        if self._through_link(rel) or path.parent.is_file() or path.is_dir():
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
@@ -49,22 +54,26 @@ class WatchedTree(RuleBasedStateMachine):
     @rule(rel=st.sampled_from(PATHS))
     def delete(self, rel: str) -> None:
         path = self._path(rel)
-        if path.is_symlink() or path.is_file():
+        if path.is_symlink() or (not self._through_link(rel) and path.is_file()):
             path.unlink()
 
     @rule(rel=st.sampled_from(DIRS[1:]))
     def remove_directory(self, rel: str) -> None:
         path = self._path(rel)
-        if path.is_dir() and not path.is_symlink():
+        if not self._through_link(rel) and path.is_dir():
             shutil.rmtree(path)
 
     @rule(rel=st.sampled_from(DIRS[1:]), name=st.sampled_from(NAMES))
     def recreate_directory(self, rel: str, name: str) -> None:
         # Gone and back at the same path: a new directory the old watch never saw.
         path = self._path(rel)
-        if path.is_dir() and not path.is_symlink():
+        if self._through_link(rel):
+            return
+        if path.is_dir():
             shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
+        elif path.exists():
+            return
+        if any(p.is_file() for p in path.parents if self.root in p.parents):
             return
         path.mkdir(parents=True)
         (path / name).write_text("anew")
@@ -78,6 +87,9 @@ class WatchedTree(RuleBasedStateMachine):
             return
         if dst.startswith(f"{src}/"):
             return
+        heads = [r.rpartition("/")[0] for r in (src, dst)]
+        if any(head and self._through_link(head) for head in heads):
+            return
         os.rename(source, target)
 
     @rule(rel=st.sampled_from(PATHS), to=st.sampled_from(("x.py", "../outside", "a")))
@@ -90,14 +102,14 @@ class WatchedTree(RuleBasedStateMachine):
     @rule(rel=st.sampled_from(PATHS))
     def toggle_executable(self, rel: str) -> None:
         path = self._path(rel)
-        if path.is_file() and not path.is_symlink():
+        if not self._through_link(rel) and path.is_file():
             path.chmod(path.stat().st_mode ^ 0o100)
 
     @rule(rel=st.sampled_from(PATHS), content=st.binary(max_size=8))
     def rewrite_in_place(self, rel: str, content: bytes) -> None:
         # Same size, same second: only the kernel's report says it changed.
         path = self._path(rel)
-        if path.is_file() and not path.is_symlink():
+        if not self._through_link(rel) and path.is_file():
             stat = path.stat()
             with path.open("r+b") as file:
                 file.write(content[: stat.st_size].ljust(stat.st_size, b"#"))
