@@ -34,6 +34,7 @@ from proctor.runtime._journal.rows import (
     step_record,
     task_record,
 )
+from proctor.runtime._journal.schema import STEP_COLUMNS
 from proctor.runtime._progress.judge import Act, Judge, TaskFacts, normalized_action
 from proctor.runtime._progress.policy import Policy
 from proctor.runtime._progress.trajectory import parse_trajectory, replay
@@ -483,27 +484,8 @@ def _record(n: int) -> dict[str, Any]:
     return data
 
 
-_STEP_ORDER = (
-    "trace_id",
-    "run_id",
-    "step",
-    "kind",
-    "action",
-    "tool_status",
-    "result_fingerprint",
-    "state_version",
-    "state_delta",
-    "remaining",
-    "decision",
-    "progress",
-    "reason",
-    "stop_reason",
-    "disposition",
-    "policy_version",
-    "at",
-    "event",
-    "extra",
-)
+# The order step_record reads a row in: the schema's own column list.
+_STEP_ORDER = tuple(name.strip() for name in STEP_COLUMNS.split(","))
 
 
 @st.composite
