@@ -131,17 +131,28 @@ async def test_the_launcher_carries_the_marker_but_the_command_does_not(ws: Path
 
 
 async def test_host_directories_are_invisible(ws: Path) -> None:
+    # The interpreter's own roots (a checkout's virtual environment, say) are the
+    # only host paths outside the system directories a command may see, and of
+    # each only the path down to the interpreter.
+    roots = [p for p in sb.python_binds(PY) if p.parts[1:]]
+    tops = {p.parts[1] for p in roots}
+    lists = "; ".join(f"echo =={t}; ls -a /{t} 2>&1" for t in sorted(tops))
     r = await sh(
-        "ls /; echo ==; ls -a /work /root 2>&1; echo ==; ls /home /opt /srv 2>&1;"
+        f"ls /; {lists}; echo ==; ls -a /work /root 2>&1; echo ==; ls /home /opt /srv 2>&1;"
         " cat /etc/shadow; ls /etc/ssh",
         ws,
     )
-    top, work_root, rest = r.output.split("==", 2)
+    top, *inner, work_root, rest = r.output.split("==")
     system = {"bin", "dev", "etc", "lib", "lib64", "proc", "sbin", "tmp", "usr", "var"}
-    assert set(top.split()) <= system | {"root", "work"}
+    assert set(top.split()) <= system | tops | {"root", "work"}
+    for listing in inner:
+        name, _, shown = listing.partition("\n")
+        below = {p.parts[2] for p in roots if p.parts[1] == name and len(p.parts) > 2}
+        assert set(shown.split()) - {".", ".."} <= below, (name, shown)
     assert ".bashrc" not in work_root
     assert ".ssh" not in work_root
-    assert "main" not in work_root
+    if "work" not in tops:
+        assert "main" not in work_root
     assert rest.count("No such file") >= 3
     assert (await sh("cat /etc/shadow /etc/gshadow", ws)).output == ""
 
