@@ -166,6 +166,7 @@ async def _stoppable(go: Callable[[Stopper], Awaitable[Any]]) -> Any:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="proctor", prog_name="proctor", message="%(prog)s %(version)s")
 @click.option(
     "--log-level",
     default="warning",
@@ -389,7 +390,7 @@ def runs_command(journal: str, limit: int, as_json: bool) -> None:
     """List the runs in the journal, newest first."""
 
     async def go() -> list[Any]:
-        async with open_journal(journal) as j:
+        async with open_journal(journal, create=False) as j:
             return await j.list_runs(limit)
 
     rows = _guard(go)
@@ -466,7 +467,7 @@ def show_command(run_id: str, journal: str, as_json: bool) -> None:
     """Print a run's trace as a table, and its handoff."""
 
     async def go() -> tuple[Any, list[dict[str, Any]]]:
-        async with open_journal(journal) as j:
+        async with open_journal(journal, create=False) as j:
             run = await j.get_run(run_id)
             return run, await j.steps(run.run_id)
 
@@ -548,6 +549,47 @@ def show_command(run_id: str, journal: str, as_json: bool) -> None:
             console.print(f"open:        {line}", markup=False)
         console.print(f"spend:       {_budget_text(h.get('spend') or {})}")
         console.print(f"next:        {h.get('next_step')} (owner: {h.get('owner')})")
+
+
+@main.command("report")
+@click.argument("run_ids", metavar="RUN [RUN]", nargs=-1, required=True)
+@_JOURNAL
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The HTML file to write (default: proctor-report-RUN.html).",
+)
+@click.option("--compare", is_flag=True, help="Set two runs side by side (give RUN RUN).")
+def report_command(
+    run_ids: tuple[str, ...], journal: str, output: Path | None, compare: bool
+) -> None:
+    """Write a run's report: one self-contained HTML file with its charts, to open offline."""
+    from proctor.runtime import load_run_view, render_comparison, render_report
+
+    if compare and len(run_ids) != 2:
+        _fail(f"--compare needs two runs, got {len(run_ids)}: proctor report --compare RUN RUN")
+    if not compare and len(run_ids) != 1:
+        _fail(f"one run at a time, got {len(run_ids)} (to set two side by side: --compare)")
+
+    async def go() -> list[Any]:
+        async with open_journal(journal, create=False) as j:
+            return [await load_run_view(j, run_id) for run_id in run_ids]
+
+    views = _guard(go)
+    page = render_comparison(views[0], views[1]) if compare else render_report(views[0])
+    if output is None:
+        name = "-".join(v.run.run_id[:12] for v in views)
+        output = Path(f"proctor-report-{name}.html")
+    _write_text(output, page)
+    click.echo(str(output))
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{path}: cannot write: {exc.strerror} (give -o a file in an existing directory)")
 
 
 def _policy_file(path: Path) -> dict[str, Any]:
@@ -1070,4 +1112,4 @@ def export_command(run_id: str, journal: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        _write_text(output, text)

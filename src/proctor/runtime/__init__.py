@@ -88,6 +88,14 @@ from proctor.runtime._records import ToolStatus as ToolStatus
 from proctor.runtime._records import TraceRecord as TraceRecord
 from proctor.runtime._task import ActorSpec as ActorSpec
 from proctor.runtime._task import Approval as Approval
+from proctor.runtime._report import CandidateView as CandidateView
+from proctor.runtime._report import EvidenceView as EvidenceView
+from proctor.runtime._report import RunView as RunView
+from proctor.runtime._report import StepView as StepView
+from proctor.runtime._report import format_spend as format_spend
+from proctor.runtime._report import load_run_view as load_run_view
+from proctor.runtime._report import render_comparison as render_comparison
+from proctor.runtime._report import render_report as render_report
 from proctor.runtime._task import Task as Task
 from proctor.runtime._task import live_policy as live_policy
 from proctor.runtime._task import load_task as load_task
@@ -123,6 +131,14 @@ __all__ = (
     "HEARTBEAT_SECONDS",
     "IDEMPOTENCY_HEADER",
     "TRANSCRIPT_FORMATS",
+    "render_report",
+    "render_comparison",
+    "load_run_view",
+    "format_spend",
+    "StepView",
+    "RunView",
+    "EvidenceView",
+    "CandidateView",
     "Actor",
     "ActorSpec",
     "Allowlist",

@@ -1,0 +1,28 @@
+"""
+What people look at: a run read from the journal (``view``), amounts written for
+a person (``text``) and the self-contained HTML report (``html``).
+"""
+
+from proctor.runtime._report.html import render_comparison as render_comparison
+from proctor.runtime._report.html import render_report as render_report
+from proctor.runtime._report.text import format_amount as format_amount
+from proctor.runtime._report.text import format_spend as format_spend
+from proctor.runtime._report.view import CandidateView as CandidateView
+from proctor.runtime._report.view import EvidenceView as EvidenceView
+from proctor.runtime._report.view import RunView as RunView
+from proctor.runtime._report.view import StepView as StepView
+from proctor.runtime._report.view import action_text as action_text
+from proctor.runtime._report.view import load_run_view as load_run_view
+
+__all__ = (
+    "CandidateView",
+    "EvidenceView",
+    "RunView",
+    "StepView",
+    "action_text",
+    "format_amount",
+    "format_spend",
+    "load_run_view",
+    "render_comparison",
+    "render_report",
+)
