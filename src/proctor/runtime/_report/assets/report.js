@@ -5,6 +5,7 @@
   var PALETTE = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2"];
   var data = JSON.parse(document.getElementById("proctor-data").textContent);
   var drawn = 0;
+  var plots = [];
 
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -14,7 +15,10 @@
   }
 
   function width(box) {
-    return Math.max(280, Math.min(box.clientWidth || 480, 1060) - 4);
+    // The charts sit in a grid of columns at least 460 px wide, 12 px apart.
+    var room = box.clientWidth || 960;
+    var columns = Math.max(1, Math.floor((room + 12) / (460 + 12)));
+    return Math.max(280, Math.floor((room - 12 * (columns - 1)) / columns) - 2);
   }
 
   function chart(box, title, xs, series, opts) {
@@ -23,7 +27,7 @@
     holder.appendChild(el("h3", null, title));
     box.appendChild(holder);
     var config = {
-      width: width(holder),
+      width: width(box),
       height: opts.height || 180,
       scales: { x: { time: false }, y: opts.y || {} },
       axes: [{ label: "step" }, { label: opts.ylabel || "", size: 60 }],
@@ -35,7 +39,10 @@
           width: s.width || 1.5,
           spanGaps: false,
         };
-        if (s.dash) out.dash = s.dash;
+        if (s.dash) {
+          out.dash = s.dash;
+          out.points = { show: false };
+        }
         if (s.points) {
           out.paths = function () { return null; };
           out.points = { show: true, size: 7, fill: out.stroke };
@@ -49,7 +56,9 @@
         return out;
       })),
     };
-    new uPlot(config, [xs].concat(series.map(function (s) { return s.values; })), holder);
+    var plot = new uPlot(config, [xs].concat(series.map(function (s) { return s.values; })),
+                         holder);
+    plots.push({ plot: plot, box: box, height: config.height });
     drawn += 1;
   }
 
@@ -178,6 +187,9 @@
   runs.forEach(function (r, i) {
     var box = document.getElementById("timeline-" + i);
     if (box) timeline(box, r);
+  });
+  window.addEventListener("resize", function () {
+    plots.forEach(function (p) { p.plot.setSize({ width: width(p.box), height: p.height }); });
   });
   document.body.setAttribute("data-charts", String(drawn));
 })();
