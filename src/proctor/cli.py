@@ -384,7 +384,13 @@ def resume_command(
 
 @main.command("runs")
 @_JOURNAL
-@click.option("--limit", default=50, show_default=True, help="How many runs to list.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1_000_000),
+    default=50,
+    show_default=True,
+    help="How many runs to list.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs_command(journal: str, limit: int, as_json: bool) -> None:
     """List the runs in the journal, newest first."""
