@@ -1387,6 +1387,9 @@ class Controller:
         """Fence the run, tell the actor, refuse whatever it still sends."""
         assert self.judge.disposition is not None
         self.final_digest = await self._digest(full=True)
+        # Charge the time since the last settlement first: the handoff's spend is
+        # the run's whole spend, not what it was at the last step.
+        await self._settle(None, {})
         spend = await self.journal.spend_totals(self.task_id)
         # The task's evidence, from every run: a resumed run hands off what it inherited.
         records = await self.journal.evidence(task_id=self.task_id)
