@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import click
 import structlog
 from rich.console import Console
-from rich.table import Table
 
 from proctor import (
     ConfigError,
@@ -259,25 +259,11 @@ def _report(go: Any, console: Console, status: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.summary(), indent=2))
     else:
-        handoff = result.handoff
-        console.print(f"\ndisposition: [bold]{result.disposition.value}[/bold]")
-        if result.stop_reason is not None:
-            console.print(
-                f"stop reason: {result.stop_reason.code} - {result.stop_reason.message}",
-                markup=False,
-                soft_wrap=True,
-            )
-        console.print(f"candidate:   {result.candidate.digest}")
-        if handoff.answer:
-            console.print(f"answer:      {handoff.answer}", markup=False, soft_wrap=True)
-        for source in handoff.sources:
-            console.print(f"source:      {source}", markup=False, soft_wrap=True)
-        for line in handoff.evidence:
-            console.print(f"evidence:    {line}", markup=False, soft_wrap=True)
-        for line in handoff.open_findings:
-            console.print(f"open:        {line}", markup=False, soft_wrap=True)
-        console.print(f"next:        {handoff.next_step} (owner: {handoff.owner})")
-        console.print(f"run:         {result.run_id}  (journal {result.journal})")
+        from proctor.runtime import handoff_lines
+
+        console.print()
+        console.print(handoff_lines(attrs.asdict(result.handoff)), soft_wrap=True)
+        console.print(f"run:         {result.run_id}  (journal {result.journal})", markup=False)
     if result.disposition is Disposition.STOPPED:
         click.echo(
             f"proctor: run {result.run_id} stopped; resume it with: proctor resume {result.run_id}",
@@ -391,32 +377,82 @@ def resume_command(
     show_default=True,
     help="How many runs to list.",
 )
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(["queued", "running", *(d.value for d in Disposition)]),
+    help="Only runs with this status (repeatable).",
+)
+@click.option(
+    "--since",
+    help="Only runs started since: an ISO date or time (2026-12-01, 2026-12-01T09:30), "
+    "or an age such as 30m, 2h, 7d.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def runs_command(journal: str, limit: int, as_json: bool) -> None:
-    """List the runs in the journal, newest first."""
+def runs_command(
+    journal: str, limit: int, statuses: tuple[str, ...], since: str | None, as_json: bool
+) -> None:
+    """List the runs in the journal, newest first: status, steps, times and cost."""
+    from proctor.runtime import runs_table
 
-    async def go() -> list[Any]:
-        async with open_journal(journal, create=False) as j:
-            return await j.list_runs(limit)
-
-    rows = _guard(go)
-    if as_json:
-        click.echo(json.dumps([_row(r) for r in rows], indent=2))
+    try:
+        after = _since(since) if since is not None else None
+    except ValueError as exc:
+        _fail(f"--since {since!r}: {exc}")
         return
-    table = Table("run", "task", "state", "since", "steps", "started", "host", "goal")
-    for r in rows:
-        state, since = _state(r)
-        table.add_row(
-            r.run_id[:12],
-            r.task_id[:12],
-            state,
-            _when(since),
-            str(r.steps),
-            _when(r.started_at),
-            f"{r.host}:{r.pid}" if r.pid is not None else r.host,
-            r.goal[:40],
+
+    async def go() -> tuple[list[Any], dict[str, dict[str, float]]]:
+        async with open_journal(journal, create=False) as j:
+            # Filters need more than `limit` rows to find `limit` matches.
+            rows = await j.list_runs(limit if not (statuses or after) else 1_000_000)
+            rows = [
+                r
+                for r in rows
+                if (not statuses or r.status in statuses)
+                and (after is None or r.started_at >= after)
+            ][:limit]
+            costs: dict[str, dict[str, float]] = {}
+            for r in rows:
+                spent: dict[str, float] = {}
+                for row in await j.spend_rows(r.run_id):
+                    if row.kind in ("settle", "charge"):
+                        spent[row.dimension] = spent.get(row.dimension, 0.0) + row.amount
+                costs[r.run_id] = spent
+            return rows, costs
+
+    rows, costs = _guard(go)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [_row(r) | {"cost_usd": costs[r.run_id].get("cost_usd", 0.0)} for r in rows],
+                indent=2,
+            )
         )
-    Console().print(table)
+        return
+    console = Console(highlight=False)
+    states = {r.run_id: _state(r)[0] for r in rows}
+    console.print(runs_table(rows, costs, width=console.width, states=states))
+
+
+def _since(text: str) -> float:
+    """A moment from an ISO date or time, or an age (``30m``, ``2h``, ``7d``)."""
+    import datetime
+    import re
+    import time
+
+    age = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if age:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[age[2]]
+        return time.time() - float(age[1]) * unit
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            "expected an ISO date or time (2026-12-01, 2026-12-01T09:30) "
+            "or an age such as 30m, 2h, 7d"
+        ) from None
+    return moment.timestamp()
 
 
 def _state(r: Any) -> tuple[str, float]:
@@ -469,16 +505,21 @@ def _guard(fn: Any) -> Any:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the run, its trace and handoff as JSON."
 )
-def show_command(run_id: str, journal: str, as_json: bool) -> None:
-    """Print a run's trace as a table, and its handoff."""
+@click.option("--wide", is_flag=True, help="Wrap long cells instead of cutting them with '…'.")
+def show_command(run_id: str, journal: str, as_json: bool, wide: bool) -> None:
+    """Print a run's trace as a table (time and cost per step), and its handoff."""
+    from proctor.runtime import load_run_view, show_renderable
 
     async def go() -> tuple[Any, list[dict[str, Any]]]:
         async with open_journal(journal, create=False) as j:
-            run = await j.get_run(run_id)
-            return run, await j.steps(run.run_id)
+            if as_json:
+                run = await j.get_run(run_id)
+                return run, await j.steps(run.run_id)
+            return await load_run_view(j, run_id), []
 
-    run, steps = _guard(go)
+    found, steps = _guard(go)
     if as_json:
+        run = found
         click.echo(
             json.dumps(
                 {
@@ -494,67 +535,12 @@ def show_command(run_id: str, journal: str, as_json: bool) -> None:
         )
         return
     console = Console(highlight=False)
-    state, since = _state(run)
-    console.print(
-        f"run {run.run_id}  task {run.task_id}  status [bold]{state}[/bold] since {_when(since)}"
-        + (f"  host {run.host} pid {run.pid}" if run.pid is not None else ""),
-        markup=True,
+    state, since = _state(found.run)
+    head = (
+        f"run {found.run.run_id}  task {found.run.task_id}  status {state} since {_when(since)}"
+        + (f"  host {found.run.host} pid {found.run.pid}" if found.run.pid is not None else "")
     )
-    console.print(f"goal: {run.goal}", markup=False)
-    table = Table("step", "kind", "action", "status", "decision", "progress", "reason", "left")
-    for s in steps:
-        record_event = s.get("event") or {}
-        fake = TraceRecord(
-            trace_id=s["trace_id"],
-            run_id=s["run_id"],
-            step=s["step"],
-            kind=s["kind"],
-            action=s["action"],
-            tool_status=None,
-            result_fingerprint=None,
-            state_version=s["state_version"],
-            state_delta={},
-            remaining=s["remaining"] or {},
-            decision=Decision(s["decision"]),
-            progress=bool(s["progress"]),
-            reason=s["reason"],
-            stop_reason=None,
-            disposition=None,
-            policy_version=s["policy_version"],
-            at=s["at"],
-            event=record_event,
-        )
-        table.add_row(
-            str(s["step"]),
-            s["kind"],
-            _action_text(fake)[:50],
-            s["tool_status"] or "",
-            s["decision"],
-            "yes" if s["progress"] else "",
-            (s["reason"] or "")[:60],
-            _budget_text(s["remaining"] or {}),
-        )
-    console.print(table)
-    if run.handoff:
-        h = run.handoff
-        console.print("\n[bold]handoff[/bold]")
-        console.print(f"disposition: {h.get('disposition')}")
-        reason = h.get("stop_reason") or {}
-        if reason:
-            console.print(
-                f"stop reason: {reason.get('code')} - {reason.get('message')}", markup=False
-            )
-        console.print(f"candidate:   {h.get('candidate_digest')}")
-        if h.get("answer"):
-            console.print(f"answer:      {h['answer']}", markup=False)
-        for source in h.get("sources", []):
-            console.print(f"source:      {source}", markup=False)
-        for line in h.get("evidence", []):
-            console.print(f"evidence:    {line}", markup=False, soft_wrap=True)
-        for line in h.get("open_findings", []):
-            console.print(f"open:        {line}", markup=False)
-        console.print(f"spend:       {_budget_text(h.get('spend') or {})}")
-        console.print(f"next:        {h.get('next_step')} (owner: {h.get('owner')})")
+    console.print(show_renderable(found, width=console.width, wide=wide, status_line=head))
 
 
 @main.command("report")

@@ -5,7 +5,9 @@ real headless Chromium that must draw every chart without an error or a request.
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.console import Console
 from tests.support.browser import open_page
 
 from proctor import Budget, Task, run
@@ -22,14 +25,18 @@ from proctor.runtime import (
     FunctionActor,
     Observation,
     Proposal,
+    RunView,
     ToolCall,
     format_spend,
     load_run_view,
     open_journal,
+    show_renderable,
+    trace_table,
 )
 from proctor.runtime._records import Completion, Message, MessageKind
 from proctor.runtime._report import format_amount, render_report
 from proctor.runtime._report.html import OUTPUT_LIMIT
+from proctor.runtime._report.terminal import clip
 from proctor.runtime._report.view import action_text
 from proctor.verifiers import CommandCheck
 
@@ -278,3 +285,95 @@ def test_an_action_summary_is_one_line(tool: str, path: str) -> None:
     text = action_text("action", {"type": "action", "tool": tool, "args": {"path": path}}, None)
     assert "\n" not in text
     assert "\r" not in text
+
+
+def _render(renderable: object, width: int) -> list[str]:
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text().splitlines()
+
+
+def _cells_are_whole_or_marked(lines: list[str], view: RunView) -> None:
+    """Every action shown is the step's whole action, or a prefix ending in an ellipsis."""
+    for step in view.steps:
+        row = next(line for line in lines if line.lstrip().startswith(f"{step.step}  "))
+        shown = row.lstrip()[len(str(step.step)) :].lstrip()
+        if shown.startswith(step.action):
+            continue
+        cell = shown.split("\u2026", 1)[0]
+        assert "\u2026" in shown, (step.action, row)
+        assert step.action.startswith(cell.rstrip()), (step.action, row)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+async def test_show_fits_the_terminal_and_marks_every_cut(
+    rescue: tuple[Path, str], width: int
+) -> None:
+    journal, run_id = rescue
+    async with open_journal(journal) as j:
+        view = await load_run_view(j, run_id)
+    lines = _render(show_renderable(view, width=width), width)
+    assert all(len(line) <= width for line in lines)
+    header = next(line for line in lines if line.startswith("step"))
+    for column in ("action", "decision", "time", "cost"):
+        assert column in header.split()
+    if width >= 120:
+        assert {"progress", "left", "tokens"} <= set(header.split())
+    _cells_are_whole_or_marked(lines, view)
+    # The slow steps show their seconds.
+    assert any("run_command" in line and re.search(r" [5-9]\.\d+s ", line) for line in lines)
+    assert any(line.startswith("spent:") for line in lines)
+
+
+async def test_show_wide_cuts_nothing(rescue: tuple[Path, str]) -> None:
+    journal, run_id = rescue
+    async with open_journal(journal) as j:
+        view = await load_run_view(j, run_id)
+    text = "\n".join(_render(trace_table(view, width=80, wide=True), 200))
+    assert "\u2026" not in text
+    assert "2 steps without progress (repeated work)" in text
+
+
+def test_a_failed_check_shows_why_in_the_handoff(tmp_path: Path) -> None:
+    where = tmp_path / "fail"
+    shutil.copytree(EXAMPLE, where)
+    # The agent claims it is done without fixing anything: the tests fail.
+    (where / "agent.jsonl").write_text(
+        '{"type": "action", "tool": "list_files", "args": {"path": "."}}\n'
+        '{"type": "complete", "summary": "nothing to fix"}\n'
+    )
+    journal = tmp_path / "j.db"
+    done = proctor("run", str(where / "task.toml"), "--journal", str(journal))
+    assert done.returncode != 0
+    assert "why it failed" in done.stdout
+    assert "assert 1000 == 900" in done.stdout
+    listed = json.loads(proctor("runs", "--journal", str(journal), "--json").stdout)
+    shown = proctor("show", listed[0]["run_id"], "--journal", str(journal))
+    assert "why it failed" in shown.stdout
+    assert "assert 1000 == 900" in shown.stdout
+
+
+def test_runs_filters_by_status_and_age(rescue: tuple[Path, str]) -> None:
+    journal, run_id = rescue
+    done = proctor("runs", "--journal", str(journal), "--status", "completed", "--json")
+    assert [r["run_id"] for r in json.loads(done.stdout)] == [run_id]
+    none = proctor("runs", "--journal", str(journal), "--status", "failed", "--json")
+    assert json.loads(none.stdout) == []
+    recent = proctor("runs", "--journal", str(journal), "--since", "1h", "--json")
+    assert len(json.loads(recent.stdout)) == 1
+    future = proctor("runs", "--journal", str(journal), "--since", "2999-01-01", "--json")
+    assert json.loads(future.stdout) == []
+    bad = proctor("runs", "--journal", str(journal), "--since", "yesterday")
+    assert bad.returncode == 2
+    assert "--since 'yesterday': expected an ISO date" in bad.stderr
+    table = proctor("runs", "--journal", str(journal))
+    assert "completed" in table.stdout
+
+
+@given(st.text(), st.integers(min_value=1, max_value=60))
+def test_clip_never_cuts_silently(text: str, width: int) -> None:
+    out = clip(text, width)
+    assert len(out) <= max(width, 1)
+    if out != text:
+        assert out.endswith("\u2026")
+        assert text.startswith(out[:-1].rstrip())

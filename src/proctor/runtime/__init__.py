@@ -93,9 +93,13 @@ from proctor.runtime._report import EvidenceView as EvidenceView
 from proctor.runtime._report import RunView as RunView
 from proctor.runtime._report import StepView as StepView
 from proctor.runtime._report import format_spend as format_spend
+from proctor.runtime._report import handoff_lines as handoff_lines
 from proctor.runtime._report import load_run_view as load_run_view
 from proctor.runtime._report import render_comparison as render_comparison
 from proctor.runtime._report import render_report as render_report
+from proctor.runtime._report import runs_table as runs_table
+from proctor.runtime._report import show_renderable as show_renderable
+from proctor.runtime._report import trace_table as trace_table
 from proctor.runtime._task import Task as Task
 from proctor.runtime._task import live_policy as live_policy
 from proctor.runtime._task import load_task as load_task
@@ -131,6 +135,10 @@ __all__ = (
     "HEARTBEAT_SECONDS",
     "IDEMPOTENCY_HEADER",
     "TRANSCRIPT_FORMATS",
+    "trace_table",
+    "show_renderable",
+    "runs_table",
+    "handoff_lines",
     "render_report",
     "render_comparison",
     "load_run_view",

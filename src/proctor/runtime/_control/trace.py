@@ -182,6 +182,7 @@ def _handoff(
     sources: tuple[str, ...] = ()
     if answer_task:
         sources = tuple(cited) + tuple(sorted(judge.fetched - set(cited)))
+    failing = [ev for _, ev in sorted(latest.items()) if not ev.passed and ev.required]
     return Handoff(
         answer=answer,
         sources=sources,
@@ -193,4 +194,14 @@ def _handoff(
         spend=spend,
         next_step=next_step,
         owner=owner,
+        failing_output=_tail_lines(failing[0].excerpt) if failing else "",
     )
+
+
+#: The most lines of a failing check's output a handoff keeps (its end says why).
+FAILING_LINES = 20
+
+
+def _tail_lines(text: str) -> str:
+    lines = text.rstrip().splitlines()
+    return "\n".join(lines[-FAILING_LINES:])

@@ -1,10 +1,15 @@
 """
-What people look at: a run read from the journal (``view``), amounts written for
-a person (``text``) and the self-contained HTML report (``html``).
+What people look at: a run read from the journal (``view``), amounts written
+for a person (``text``), the terminal tables (``terminal``) and the
+self-contained HTML report (``html``).
 """
 
 from proctor.runtime._report.html import render_comparison as render_comparison
 from proctor.runtime._report.html import render_report as render_report
+from proctor.runtime._report.terminal import handoff_lines as handoff_lines
+from proctor.runtime._report.terminal import runs_table as runs_table
+from proctor.runtime._report.terminal import show_renderable as show_renderable
+from proctor.runtime._report.terminal import trace_table as trace_table
 from proctor.runtime._report.text import format_amount as format_amount
 from proctor.runtime._report.text import format_spend as format_spend
 from proctor.runtime._report.view import CandidateView as CandidateView
@@ -22,7 +27,11 @@ __all__ = (
     "action_text",
     "format_amount",
     "format_spend",
+    "handoff_lines",
     "load_run_view",
     "render_comparison",
     "render_report",
+    "runs_table",
+    "show_renderable",
+    "trace_table",
 )

@@ -341,5 +341,6 @@ font-weight: 600; } .v-fail td, .e-uncertain td, .e-escalated td { background: #
 pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f9fafb; padding: 8px;
 max-height: 320px; overflow: auto; font-size: 12px; } pre.fail { border-left: 3px solid #dc2626; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 12px; }
-.chart { min-width: 0; overflow: hidden; } .chart h3 { margin: 4px 0; font-weight: 500; } .muted { color: #6b7280; }
+.chart { min-width: 0; overflow: hidden; } .chart h3 { margin: 4px 0; font-weight: 500; }
+.muted { color: #6b7280; }
 """
