@@ -116,6 +116,7 @@ from proctor.runtime._control.trace import (
     _excerpt,
     _handoff,
     _message_event,
+    briefing,
 )
 
 log = structlog.get_logger()
@@ -498,7 +499,7 @@ class Controller:
             ruling = attrs.evolve(self.judge.user(answer), reason=f"a person answered: {answer}")
             await self._record("user", ruling, event={"type": "user", "text": answer})
             greeting += f"\nA person answered the question the last run ended on:\n{answer}"
-        intro = f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}"
+        intro = briefing(self.task, self.registry.names())
         await self._observe(
             ObservationKind.RESUME if greeting else ObservationKind.START,
             f"{intro}\n{greeting}" if greeting else intro,
