@@ -206,3 +206,35 @@ def test_resume_starts_a_new_run_that_inherits_the_task(
             "task_id"
         ]
     )
+
+
+def test_show_follow_tails_a_run_until_it_ends(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(EXAMPLE.parent, tmp_path / "example")
+    journal = tmp_path / "j.db"
+    submitted = proctor(
+        "submit", str(tmp_path / "example" / "task.toml"), "--journal", str(journal)
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip()
+    # Follow the run before it has started: it is queued, then a worker runs it.
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "proctor", "show", run_id, "--journal", str(journal), "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        worker = proctor("worker", "--journal", str(journal), "--once")
+        assert worker.returncode == 0, worker.stderr
+        out, err = follow.communicate(timeout=60)
+    finally:
+        follow.kill()
+        follow.wait()
+    assert follow.returncode == 0, err
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(steps) >= 14
+    assert any("stop" in line for line in steps)
+    assert "ended: completed" in out
+    assert "disposition: completed" in out

@@ -506,9 +506,18 @@ def _guard(fn: Any) -> Any:
     "--json", "as_json", is_flag=True, help="Print the run, its trace and handoff as JSON."
 )
 @click.option("--wide", is_flag=True, help="Wrap long cells instead of cutting them with '…'.")
-def show_command(run_id: str, journal: str, as_json: bool, wide: bool) -> None:
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Print each step as it is journaled, from any terminal, until the run ends.",
+)
+def show_command(run_id: str, journal: str, as_json: bool, wide: bool, follow: bool) -> None:
     """Print a run's trace as a table (time and cost per step), and its handoff."""
     from proctor.runtime import load_run_view, show_renderable
+
+    if follow:
+        _follow(run_id, journal, wide)
+        return
 
     async def go() -> tuple[Any, list[dict[str, Any]]]:
         async with open_journal(journal, create=False) as j:
@@ -582,6 +591,45 @@ def _write_text(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         _fail(f"{path}: cannot write: {exc.strerror} (give -o a file in an existing directory)")
+
+
+#: How often ``show --follow`` looks for new steps, in seconds.
+FOLLOW_EVERY = 0.5
+
+
+def _follow(run_id: str, journal: str, wide: bool) -> None:
+    """Tail a run's steps until it ends, then print its handoff."""
+    from proctor.runtime import action_text, format_spend, handoff_lines
+
+    console = Console(highlight=False)
+
+    async def go() -> None:
+        async with open_journal(journal, create=False) as j:
+            run = await j.get_run(run_id)
+            console.print(f"run {run.run_id}  goal: {run.goal}", markup=False, soft_wrap=True)
+            seen, previous = 0, run.started_at
+            while True:
+                run = await j.get_run(run.run_id)
+                for s in await j.steps(run.run_id, after=seen):
+                    seen = s["step"]
+                    took = s["at"] - previous
+                    previous = s["at"]
+                    action = action_text(s["kind"], s.get("event"), s.get("action"))
+                    reason = f"  ({s['reason']})" if s["decision"] != "continue" else ""
+                    line = f"step {seen:>4}  {took:6.1f}s  {s['decision']:<8}  {action}{reason}"
+                    console.print(line, markup=False, no_wrap=not wide, overflow="ellipsis")
+                if run.status not in ("running", "queued"):
+                    break
+                await anyio.sleep(FOLLOW_EVERY)
+            spent: dict[str, float] = {}
+            for row in await j.spend_rows(run.run_id):
+                if row.kind in ("settle", "charge"):
+                    spent[row.dimension] = spent.get(row.dimension, 0.0) + row.amount
+            console.print(f"\nended: {run.status}  spent: {format_spend(spent)}", markup=False)
+            if run.handoff:
+                console.print(handoff_lines(run.handoff, spent), soft_wrap=True)
+
+    _guard(go)
 
 
 def _policy_file(path: Path) -> dict[str, Any]:

@@ -92,6 +92,7 @@ from proctor.runtime._report import CandidateView as CandidateView
 from proctor.runtime._report import EvidenceView as EvidenceView
 from proctor.runtime._report import RunView as RunView
 from proctor.runtime._report import StepView as StepView
+from proctor.runtime._report import action_text as action_text
 from proctor.runtime._report import format_spend as format_spend
 from proctor.runtime._report import handoff_lines as handoff_lines
 from proctor.runtime._report import load_run_view as load_run_view
@@ -135,6 +136,7 @@ __all__ = (
     "HEARTBEAT_SECONDS",
     "IDEMPOTENCY_HEADER",
     "TRANSCRIPT_FORMATS",
+    "action_text",
     "trace_table",
     "show_renderable",
     "runs_table",
