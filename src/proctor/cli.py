@@ -1142,13 +1142,27 @@ def deny_command(run_id: str, journal: str, why: str, who: str | None, wait: flo
 @click.argument("run_id")
 @_JOURNAL
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here.")
-def export_command(run_id: str, journal: str, output: Path | None) -> None:
+@click.option(
+    "--otlp",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the run as OpenTelemetry spans, an OTLP/JSON file.",
+)
+def export_command(run_id: str, journal: str, output: Path | None, otlp: Path | None) -> None:
     """Write a recorded run as a trajectory (format v1) that replays to the same decisions."""
+    from proctor.runtime import load_run_view, otlp_json
 
-    async def go() -> str:
-        return await export_trajectory(run_id, journal)
+    async def go() -> tuple[str, Any]:
+        text = await export_trajectory(run_id, journal)
+        if otlp is None:
+            return text, None
+        async with open_journal(journal, create=False) as j:
+            return text, await load_run_view(j, run_id)
 
-    text = _guard(go)
+    text, view = _guard(go)
+    if otlp is not None:
+        _write_text(otlp, json.dumps(otlp_json(view), separators=(",", ":")) + "\n")
+        if output is None:
+            return
     if output is None:
         click.echo(text, nl=False)
     else:

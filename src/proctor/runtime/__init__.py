@@ -91,13 +91,17 @@ from proctor.runtime._task import Approval as Approval
 from proctor.runtime._report import CandidateView as CandidateView
 from proctor.runtime._report import EvidenceView as EvidenceView
 from proctor.runtime._report import RunView as RunView
+from proctor.runtime._report import SpanRecord as SpanRecord
 from proctor.runtime._report import StepView as StepView
 from proctor.runtime._report import action_text as action_text
+from proctor.runtime._report import emit_spans as emit_spans
 from proctor.runtime._report import format_spend as format_spend
 from proctor.runtime._report import handoff_lines as handoff_lines
 from proctor.runtime._report import load_run_view as load_run_view
+from proctor.runtime._report import otlp_json as otlp_json
 from proctor.runtime._report import render_comparison as render_comparison
 from proctor.runtime._report import render_report as render_report
+from proctor.runtime._report import run_spans as run_spans
 from proctor.runtime._report import runs_table as runs_table
 from proctor.runtime._report import show_renderable as show_renderable
 from proctor.runtime._report import trace_table as trace_table
@@ -136,6 +140,10 @@ __all__ = (
     "HEARTBEAT_SECONDS",
     "IDEMPOTENCY_HEADER",
     "TRANSCRIPT_FORMATS",
+    "run_spans",
+    "otlp_json",
+    "emit_spans",
+    "SpanRecord",
     "action_text",
     "trace_table",
     "show_renderable",

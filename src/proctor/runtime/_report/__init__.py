@@ -1,11 +1,15 @@
 """
 What people look at: a run read from the journal (``view``), amounts written
-for a person (``text``), the terminal tables (``terminal``) and the
-self-contained HTML report (``html``).
+for a person (``text``), the terminal tables (``terminal``), the
+self-contained HTML report (``html``) and OpenTelemetry spans (``otel``).
 """
 
 from proctor.runtime._report.html import render_comparison as render_comparison
 from proctor.runtime._report.html import render_report as render_report
+from proctor.runtime._report.otel import SpanRecord as SpanRecord
+from proctor.runtime._report.otel import emit_spans as emit_spans
+from proctor.runtime._report.otel import otlp_json as otlp_json
+from proctor.runtime._report.otel import run_spans as run_spans
 from proctor.runtime._report.terminal import handoff_lines as handoff_lines
 from proctor.runtime._report.terminal import runs_table as runs_table
 from proctor.runtime._report.terminal import show_renderable as show_renderable
@@ -23,14 +27,18 @@ __all__ = (
     "CandidateView",
     "EvidenceView",
     "RunView",
+    "SpanRecord",
     "StepView",
     "action_text",
+    "emit_spans",
     "format_amount",
     "format_spend",
     "handoff_lines",
     "load_run_view",
+    "otlp_json",
     "render_comparison",
     "render_report",
+    "run_spans",
     "runs_table",
     "show_renderable",
     "trace_table",

@@ -131,6 +131,8 @@ class RunView:
             included.
         candidates: the candidates the verifier judged, in the order first judged.
         effects: the effects the run dispatched.
+        actor: the actor the run was started with, as journaled (``kind`` and its
+            options, such as ``model``), or empty when none was journaled.
     """
 
     run: RunRow
@@ -141,6 +143,7 @@ class RunView:
     spent: Mapping[str, float]
     candidates: tuple[CandidateView, ...]
     effects: tuple[EffectRow, ...]
+    actor: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
     def duration(self) -> float | None:
@@ -220,7 +223,9 @@ async def load_run_view(journal: JournalLike, run_id: str) -> RunView:
     spend = await journal.spend_rows(run.run_id)
     evidence = await journal.evidence(run_id=run.run_id)
     effects = await journal.effects(run_id=run.run_id)
-    return build_view(run, task, steps, spend, evidence, effects)
+    actor = await journal.latest_note(run.run_id, "actor")
+    view = build_view(run, task, steps, spend, evidence, effects)
+    return attrs.evolve(view, actor=dict((actor or {}).get("body") or {}))
 
 
 def build_view(
