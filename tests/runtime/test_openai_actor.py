@@ -21,7 +21,7 @@ from tests.support.chat_server import (  # noqa: F401 - the fixture
 )
 
 from proctor import Budget, CommandCheck, Disposition, Task, run
-from proctor._errors import ActorError, ConfigError
+from proctor._errors import ActorError, BudgetError, ConfigError
 from proctor.budgets import Price, PriceTable
 from proctor.budgets._usage import Usage
 from proctor.runtime import (
@@ -598,3 +598,19 @@ def test_a_task_file_replaces_the_system_message() -> None:
     none = OpenAIActor.from_options({"model": MODEL, "system": ""}, [])
     assert not none.system
     assert OpenAIActor.from_options({"model": MODEL}, []).system == DEFAULT_SYSTEM
+
+
+async def test_a_model_without_a_price_fails_before_a_run_is_journaled(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    task = Task(
+        goal="make the tests pass",
+        workspace=root,
+        checks=[CommandCheck("tests", [PY, "-m", "pytest", "-q"])],
+    )
+    journal = tmp_path / "j.db"
+    # Nothing listens there: the price is checked before any request.
+    async with OpenAIActor("a-model-nobody-priced", base_url="http://127.0.0.1:9/v1") as actor:
+        with pytest.raises(BudgetError, match="no price for model 'a-model-nobody-priced'"):
+            await run(task, actor, journal)
+    async with open_journal(journal) as j:
+        assert await j.list_runs() == []

@@ -636,6 +636,11 @@ async def _run(
 ) -> RunResult:
     takeover = claimed is not None and claimed.previous_epoch > 0
     inherits = parent_run_id is not None or takeover
+    estimate = getattr(actor, "estimate", None)
+    if estimate is not None:
+        # A model with no known or declared price fails here, before anything is
+        # journaled: no run is left `running` with no step.
+        estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
     own = own_paths(task, journal, actor_spec)
     _refuse_inside(task, own)
     if task.sandbox.mode == "auto":
@@ -788,10 +793,6 @@ async def _run(
     if takeover:
         # The same run goes on under a new epoch: its step numbers go on too.
         controller.step = len(await journal.steps(run_id))
-
-    if controller.estimate is not None:
-        # A model with no known or declared price fails here, before anything runs.
-        controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
 
     async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
         with actor_scope:
