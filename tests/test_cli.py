@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import subprocess
@@ -238,3 +239,18 @@ def test_show_follow_tails_a_run_until_it_ends(tmp_path: Path) -> None:
     assert any("stop" in line for line in steps)
     assert "ended: completed" in out
     assert "disposition: completed" in out
+
+
+def test_the_live_line_names_the_step_running_now() -> None:
+    from rich.console import Console
+
+    from proctor.cli import _live
+    from proctor.runtime import ToolCall
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    status, _, on_call = _live(console)
+    assert status is not None
+    on_call(7, ToolCall("run_command", {"cmd": "pytest -q"}))
+    text = "".join(segment.text for segment in console.render(status.renderable))
+    assert "step   7  run_command pytest -q" in text
+    assert "(run " in text

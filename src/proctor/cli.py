@@ -179,63 +179,77 @@ def main(log_level: str) -> None:
     _configure_logging(log_level)
 
 
-def _action_text(record: TraceRecord) -> str:
-    event = record.event or {}
-    if event.get("type") == "action":
-        args = event.get("args") or {}
-        target = args.get("path") or args.get("cmd") or args.get("url") or ""
-        return f"{event.get('tool')} {target}".strip()
-    if event.get("type") == "verdict":
-        return f"verdict {event.get('check')}: {'pass' if event.get('passed') else 'fail'}"
-    if event.get("type") == "message":
-        return f"{event.get('kind')}: {str(event.get('text', ''))[:40]}"
-    if record.action:
-        try:
-            action = json.loads(record.action)
-            return f"{action.get('tool')} {json.dumps(action.get('args'))[:60]}"
-        except ValueError:
-            return record.action[:60]
-    return record.kind
+class _LiveLine:
+    """
+    The live line: the step running now (or the one the actor is thinking
+    about), how long it has run, the run's time and what is left. Rendered
+    anew at every refresh, so its clocks move while a tool runs.
+    """
+
+    def __init__(self) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self.started = self._clock()
+        self.since = self.started
+        self.step = 1
+        self.doing = "the actor is thinking"
+        self.left = ""
+
+    def running(self, step: int, what: str) -> None:
+        self.step, self.doing, self.since = step, what, self._clock()
+
+    def finished(self, step: int, left: str) -> None:
+        self.step, self.doing, self.since = step + 1, "the actor is thinking", self._clock()
+        self.left = left
+
+    def __rich__(self) -> str:
+        now = self._clock()
+        left = f"  left: {self.left}" if self.left else ""
+        return (
+            f"step {self.step:>3}  {self.doing}  {now - self.since:.1f}s"
+            f"  (run {now - self.started:.0f}s){left}"
+        )
 
 
-def _budget_text(remaining: dict[str, float]) -> str:
-    if not remaining:
-        return "unlimited"
-    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(remaining.items()))
+def _live(console: Console) -> tuple[Any, Any, Any]:
+    """
+    The live line and a line per step on a terminal, a line per step on a pipe.
 
+    Returns the status (or None), the step callback and the call callback.
+    """
+    from proctor.runtime import action_text, clip, format_spend
 
-def _live(console: Console) -> tuple[Any, Any]:
-    """The live progress line (a terminal) or one line per step (a pipe)."""
-    status = console.status("starting", spinner="dots") if console.is_terminal else None
+    line = _LiveLine()
+    status = console.status(line, spinner="dots") if console.is_terminal else None
+    last = [line.started]
+
+    def on_call(step: int, call: Any) -> None:
+        event = {"type": "action", "tool": call.tool, "args": call.args}
+        line.running(step, clip(action_text("action", event, None), 60))
 
     def on_step(record: TraceRecord) -> None:
-        line = (
-            f"step {record.step:>3}  {_action_text(record)[:60]:<60}  "
-            f"{record.decision.value:<8}  budget left: {_budget_text(record.remaining)}"
-        )
-        said = record.kind in ("question", "user", "retune", "amend")
-        notable = (
-            record.decision is not Decision.CONTINUE
-            or said
-            or record.kind
-            in (
-                "verdict",
-                "ended",
-            )
-        )
-        if status is None or notable:
-            style = {
-                Decision.REFUSE: "bold yellow",
-                Decision.STOP: "bold",
-                Decision.NUDGE: "cyan",
-            }.get(record.decision, "")
-            shown = record.decision is not Decision.CONTINUE or said
-            reason = f"  ({record.reason})" if shown else ""
-            console.print(line + reason, style=style, markup=False, soft_wrap=True)
-        if status is not None:
-            status.update(line)
+        import time
 
-    return status, on_step
+        took = time.monotonic() - last[0]
+        last[0] = time.monotonic()
+        left = format_spend(record.remaining) if record.remaining else "unlimited"
+        action = clip(action_text(record.kind, record.event, record.action), 56)
+        text = f"step {record.step:>3}  {took:5.1f}s  {action:<56}  {record.decision.value:<8}"
+        text += f"  left: {left}"
+        style = {
+            Decision.REFUSE: "bold yellow",
+            Decision.STOP: "bold",
+            Decision.NUDGE: "cyan",
+        }.get(record.decision, "")
+        # What a person said (a question, an answer, a retune, an amendment) keeps its words.
+        said = record.kind in ("question", "user", "retune", "amend")
+        shown = record.decision is not Decision.CONTINUE or said
+        reason = f"  ({record.reason})" if shown else ""
+        console.print(text + reason, style=style, markup=False, soft_wrap=True)
+        line.finished(record.step, left)
+
+    return status, on_step, on_call
 
 
 def _find_python_first() -> None:
@@ -292,7 +306,7 @@ def run_command(task_file: Path, journal: str, as_json: bool, heartbeat: float) 
         return
     _find_python_first()
     console = Console(stderr=as_json, highlight=False)
-    status, on_step = _live(console)
+    status, on_step, on_call = _live(console)
     spec = loaded.actor.describe()
 
     async def go(stopper: Stopper) -> Any:
@@ -304,6 +318,7 @@ def run_command(task_file: Path, journal: str, as_json: bool, heartbeat: float) 
             actor_spec=spec,
             stopper=stopper,
             heartbeat_seconds=heartbeat,
+            on_call=on_call,
         )
 
     _report(lambda: _stoppable(go), console, status, as_json)
@@ -347,7 +362,7 @@ def resume_command(
             return
     _find_python_first()
     console = Console(stderr=as_json, highlight=False)
-    status, on_step = _live(console)
+    status, on_step, on_call = _live(console)
 
     if answer_text is not None and not answer_text.strip():
         _fail("--answer is empty: say what the run needs to know")
@@ -363,6 +378,7 @@ def resume_command(
             answer=answer_text,
             stopper=stopper,
             heartbeat_seconds=heartbeat,
+            on_call=on_call,
         )
 
     _report(lambda: _stoppable(go), console, status, as_json)
@@ -951,7 +967,7 @@ def worker_command(
 
     _find_python_first()
     console = Console(highlight=False)
-    _, on_step = _live(Console(file=sys.stderr, highlight=False, force_terminal=False))
+    _, on_step, _ = _live(Console(file=sys.stderr, highlight=False, force_terminal=False))
 
     async def go(stopper: Stopper) -> Any:
         return await work(

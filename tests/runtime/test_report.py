@@ -377,3 +377,27 @@ def test_clip_never_cuts_silently(text: str, width: int) -> None:
     if out != text:
         assert out.endswith("\u2026")
         assert text.startswith(out[:-1].rstrip())
+
+
+async def test_on_call_names_each_call_before_it_runs(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    calls = [ToolCall("list_files", {"path": "."}), ToolCall("read_file", {"path": "x"})]
+    seen: list[tuple[int, str]] = []
+
+    async def propose(observation: Observation) -> Proposal | None:
+        return calls.pop(0) if calls else None
+
+    task = Task(
+        goal="look",
+        workspace=root,
+        checks=(CommandCheck("ok", [sys.executable, "-c", "pass"]),),
+        budget=Budget.of(steps=10),
+    )
+    await run(
+        task,
+        FunctionActor(propose),
+        tmp_path / "j.db",
+        on_call=lambda step, call: seen.append((step, call.tool)),
+    )
+    assert seen == [(1, "list_files"), (2, "read_file")]

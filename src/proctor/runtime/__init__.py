@@ -94,6 +94,7 @@ from proctor.runtime._report import RunView as RunView
 from proctor.runtime._report import SpanRecord as SpanRecord
 from proctor.runtime._report import StepView as StepView
 from proctor.runtime._report import action_text as action_text
+from proctor.runtime._report import clip as clip
 from proctor.runtime._report import emit_spans as emit_spans
 from proctor.runtime._report import format_spend as format_spend
 from proctor.runtime._report import handoff_lines as handoff_lines
@@ -140,6 +141,7 @@ __all__ = (
     "HEARTBEAT_SECONDS",
     "IDEMPOTENCY_HEADER",
     "TRANSCRIPT_FORMATS",
+    "clip",
     "run_spans",
     "otlp_json",
     "emit_spans",

@@ -108,7 +108,7 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, VerifyResult
 
-__all__ = ("Controller", "StepCallback", "StopRequest", "Wake", "proposal_refusal")
+__all__ = ("CallCallback", "Controller", "StepCallback", "StopRequest", "Wake", "proposal_refusal")
 
 from proctor.runtime._control.trace import (
     _action_event,
@@ -154,6 +154,9 @@ Inbound = (
 
 #: The notes a person writes to a running run.
 OPERATOR_NOTES = ("stop", "amend", "retune-request", "answer", "approval")
+
+#: Called with the step number and the call just before a tool call runs (a live view).
+CallCallback = Callable[[int, ToolCall], None]
 
 #: How many proposals an actor may still send after the run ended; each is refused.
 AFTER_END_LIMIT = 16
@@ -290,6 +293,8 @@ class Controller:
         to_accountant: budget requests.
         actor_scope: cancels the actor's task when the run is over.
         on_step: called with every trace record, after it is journaled.
+        on_call: called with the step number and the call, just before an
+            admitted tool call runs.
     """
 
     task: Task
@@ -307,6 +312,7 @@ class Controller:
     to_accountant: ObjectSendStream[AccountantRequest]
     actor_scope: anyio.CancelScope
     on_step: StepCallback | None = None
+    on_call: CallCallback | None = None
     trace_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     step: int = 0
     remaining: dict[str, float] = attrs.field(factory=dict)
@@ -1047,6 +1053,8 @@ class Controller:
                     return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
         amounts = _call_amounts(call, spec)
+        if self.on_call is not None:
+            self.on_call(self.step + 1, call)
         if spec.effectful:
             # Charged when its intent is journaled; not if it is refused before.
             grant = await self._reserve(amounts)

@@ -10,6 +10,7 @@ from proctor.runtime._report.otel import SpanRecord as SpanRecord
 from proctor.runtime._report.otel import emit_spans as emit_spans
 from proctor.runtime._report.otel import otlp_json as otlp_json
 from proctor.runtime._report.otel import run_spans as run_spans
+from proctor.runtime._report.terminal import clip as clip
 from proctor.runtime._report.terminal import handoff_lines as handoff_lines
 from proctor.runtime._report.terminal import runs_table as runs_table
 from proctor.runtime._report.terminal import show_renderable as show_renderable
@@ -30,6 +31,7 @@ __all__ = (
     "SpanRecord",
     "StepView",
     "action_text",
+    "clip",
     "emit_spans",
     "format_amount",
     "format_spend",
