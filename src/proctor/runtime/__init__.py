@@ -106,6 +106,7 @@ from proctor.runtime._report import run_spans as run_spans
 from proctor.runtime._report import runs_table as runs_table
 from proctor.runtime._report import show_renderable as show_renderable
 from proctor.runtime._report import trace_table as trace_table
+from proctor.runtime._task import Approval as Approval
 from proctor.runtime._task import Task as Task
 from proctor.runtime._task import live_policy as live_policy
 from proctor.runtime._task import load_task as load_task
