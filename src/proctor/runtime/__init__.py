@@ -86,8 +86,6 @@ from proctor.runtime._records import ToolCall as ToolCall
 from proctor.runtime._records import ToolResult as ToolResult
 from proctor.runtime._records import ToolStatus as ToolStatus
 from proctor.runtime._records import TraceRecord as TraceRecord
-from proctor.runtime._task import ActorSpec as ActorSpec
-from proctor.runtime._task import Approval as Approval
 from proctor.runtime._report import CandidateView as CandidateView
 from proctor.runtime._report import EvidenceView as EvidenceView
 from proctor.runtime._report import RunView as RunView
@@ -106,6 +104,7 @@ from proctor.runtime._report import run_spans as run_spans
 from proctor.runtime._report import runs_table as runs_table
 from proctor.runtime._report import show_renderable as show_renderable
 from proctor.runtime._report import trace_table as trace_table
+from proctor.runtime._task import ActorSpec as ActorSpec
 from proctor.runtime._task import Approval as Approval
 from proctor.runtime._task import Task as Task
 from proctor.runtime._task import live_policy as live_policy
