@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import subprocess
@@ -116,10 +117,64 @@ def test_export_replays_to_the_same_decisions(
     assert actions[-1]["candidate"] == shown["handoff"]["candidate_digest"]
 
 
-def test_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
-    shown = proctor("show", "nosuchrun", "--journal", str(tmp_path / "j.db"))
+def test_unknown_run_is_a_clear_error(example_run: tuple[Path, str, str]) -> None:
+    journal, _, _ = example_run
+    shown = proctor("show", "nosuchrun", "--journal", str(journal))
     assert shown.returncode == 2
     assert "nosuchrun" in shown.stderr
+
+
+@pytest.mark.parametrize("command", ["runs", "show", "export", "report"])
+def test_a_missing_journal_is_an_error_not_a_new_file(command: str, tmp_path: Path) -> None:
+    typo = tmp_path / "proctr.db"
+    args = [command] if command == "runs" else [command, "abcdef123456"]
+    done = proctor(*args, "--journal", str(typo))
+    assert done.returncode == 2
+    assert f"journal {typo}: no such file" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not typo.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["runs", "--journal", "/nonexistent/dir/x.db"], "the directory /nonexistent/dir does not"),
+        (["run", "task.toml", "--journal", "/nonexistent/dir/x.db"], "/nonexistent/dir"),
+        (["runs", "--limit", "99999999999999999999"], "--limit"),
+        (["runs", "--limit", "0"], "--limit"),
+    ],
+)
+def test_bad_arguments_get_a_message_and_exit_2(
+    args: list[str], says: str, example_run: tuple[Path, str, str]
+) -> None:
+    journal, _, _ = example_run
+    if "--journal" not in args:
+        args = [*args, "--journal", str(journal)]
+    if "task.toml" in args:
+        args[args.index("task.toml")] = str(EXAMPLE)
+    done = proctor(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "Event loop is closed" not in done.stderr
+
+
+def test_export_to_a_missing_directory_says_so(
+    example_run: tuple[Path, str, str],
+) -> None:
+    journal, run_id, _ = example_run
+    done = proctor("export", run_id, "--journal", str(journal), "-o", "/nonexistent/dir/o.jsonl")
+    assert done.returncode == 2
+    assert "/nonexistent/dir/o.jsonl: cannot write" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_version_prints_the_package_version() -> None:
+    import proctor as package
+
+    done = proctor("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"proctor {package.__version__}"
 
 
 def test_a_malformed_task_file_names_the_field(tmp_path: Path) -> None:
@@ -152,3 +207,50 @@ def test_resume_starts_a_new_run_that_inherits_the_task(
             "task_id"
         ]
     )
+
+
+def test_show_follow_tails_a_run_until_it_ends(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(EXAMPLE.parent, tmp_path / "example")
+    journal = tmp_path / "j.db"
+    submitted = proctor(
+        "submit", str(tmp_path / "example" / "task.toml"), "--journal", str(journal)
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip()
+    # Follow the run before it has started: it is queued, then a worker runs it.
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "proctor", "show", run_id, "--journal", str(journal), "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        worker = proctor("worker", "--journal", str(journal), "--once")
+        assert worker.returncode == 0, worker.stderr
+        out, err = follow.communicate(timeout=60)
+    finally:
+        follow.kill()
+        follow.wait()
+    assert follow.returncode == 0, err
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(steps) >= 14
+    assert any("stop" in line for line in steps)
+    assert "ended: completed" in out
+    assert "disposition: completed" in out
+
+
+def test_the_live_line_names_the_step_running_now() -> None:
+    from rich.console import Console
+
+    from proctor.cli import _live
+    from proctor.runtime import ToolCall
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    status, _, on_call = _live(console)
+    assert status is not None
+    on_call(7, ToolCall("run_command", {"cmd": "pytest -q"}))
+    text = "".join(segment.text for segment in console.render(status.renderable))
+    assert "step   7  run_command pytest -q" in text
+    assert "(run " in text

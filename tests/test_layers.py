@@ -108,6 +108,9 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "control",
         ),
     ),
+    # What people look at: a journaled run as a view, a terminal table, an HTML
+    # page, OpenTelemetry spans. It reads the journal and nothing runs through it.
+    "report": (("proctor.runtime._report",), ("base", "records", "wire", "budgets", "journal")),
     "public": (
         ("proctor", "proctor.runtime", "proctor.verifiers", "proctor.budgets"),
         (
@@ -127,6 +130,7 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "control",
             "hosting",
             "importers",
+            "report",
         ),
     ),
     "cli": (("proctor.cli", "proctor.__main__"), ("public",)),

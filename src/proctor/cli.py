@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import click
 import structlog
 from rich.console import Console
-from rich.table import Table
 
 from proctor import (
     ConfigError,
@@ -166,6 +166,7 @@ async def _stoppable(go: Callable[[Stopper], Awaitable[Any]]) -> Any:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="proctor", prog_name="proctor", message="%(prog)s %(version)s")
 @click.option(
     "--log-level",
     default="warning",
@@ -178,63 +179,77 @@ def main(log_level: str) -> None:
     _configure_logging(log_level)
 
 
-def _action_text(record: TraceRecord) -> str:
-    event = record.event or {}
-    if event.get("type") == "action":
-        args = event.get("args") or {}
-        target = args.get("path") or args.get("cmd") or args.get("url") or ""
-        return f"{event.get('tool')} {target}".strip()
-    if event.get("type") == "verdict":
-        return f"verdict {event.get('check')}: {'pass' if event.get('passed') else 'fail'}"
-    if event.get("type") == "message":
-        return f"{event.get('kind')}: {str(event.get('text', ''))[:40]}"
-    if record.action:
-        try:
-            action = json.loads(record.action)
-            return f"{action.get('tool')} {json.dumps(action.get('args'))[:60]}"
-        except ValueError:
-            return record.action[:60]
-    return record.kind
+class _LiveLine:
+    """
+    The live line: the step running now (or the one the actor is thinking
+    about), how long it has run, the run's time and what is left. Rendered
+    anew at every refresh, so its clocks move while a tool runs.
+    """
+
+    def __init__(self) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self.started = self._clock()
+        self.since = self.started
+        self.step = 1
+        self.doing = "the actor is thinking"
+        self.left = ""
+
+    def running(self, step: int, what: str) -> None:
+        self.step, self.doing, self.since = step, what, self._clock()
+
+    def finished(self, step: int, left: str) -> None:
+        self.step, self.doing, self.since = step + 1, "the actor is thinking", self._clock()
+        self.left = left
+
+    def __rich__(self) -> str:
+        now = self._clock()
+        left = f"  left: {self.left}" if self.left else ""
+        return (
+            f"step {self.step:>3}  {self.doing}  {now - self.since:.1f}s"
+            f"  (run {now - self.started:.0f}s){left}"
+        )
 
 
-def _budget_text(remaining: dict[str, float]) -> str:
-    if not remaining:
-        return "unlimited"
-    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(remaining.items()))
+def _live(console: Console) -> tuple[Any, Any, Any]:
+    """
+    The live line and a line per step on a terminal, a line per step on a pipe.
 
+    Returns the status (or None), the step callback and the call callback.
+    """
+    from proctor.runtime import action_text, clip, format_spend
 
-def _live(console: Console) -> tuple[Any, Any]:
-    """The live progress line (a terminal) or one line per step (a pipe)."""
-    status = console.status("starting", spinner="dots") if console.is_terminal else None
+    line = _LiveLine()
+    status = console.status(line, spinner="dots") if console.is_terminal else None
+    last = [line.started]
+
+    def on_call(step: int, call: Any) -> None:
+        event = {"type": "action", "tool": call.tool, "args": call.args}
+        line.running(step, clip(action_text("action", event, None), 60))
 
     def on_step(record: TraceRecord) -> None:
-        line = (
-            f"step {record.step:>3}  {_action_text(record)[:60]:<60}  "
-            f"{record.decision.value:<8}  budget left: {_budget_text(record.remaining)}"
-        )
-        said = record.kind in ("question", "user", "retune", "amend")
-        notable = (
-            record.decision is not Decision.CONTINUE
-            or said
-            or record.kind
-            in (
-                "verdict",
-                "ended",
-            )
-        )
-        if status is None or notable:
-            style = {
-                Decision.REFUSE: "bold yellow",
-                Decision.STOP: "bold",
-                Decision.NUDGE: "cyan",
-            }.get(record.decision, "")
-            shown = record.decision is not Decision.CONTINUE or said
-            reason = f"  ({record.reason})" if shown else ""
-            console.print(line + reason, style=style, markup=False, soft_wrap=True)
-        if status is not None:
-            status.update(line)
+        import time
 
-    return status, on_step
+        took = time.monotonic() - last[0]
+        last[0] = time.monotonic()
+        left = format_spend(record.remaining) if record.remaining else "unlimited"
+        action = clip(action_text(record.kind, record.event, record.action), 56)
+        text = f"step {record.step:>3}  {took:5.1f}s  {action:<56}  {record.decision.value:<8}"
+        text += f"  left: {left}"
+        style = {
+            Decision.REFUSE: "bold yellow",
+            Decision.STOP: "bold",
+            Decision.NUDGE: "cyan",
+        }.get(record.decision, "")
+        # What a person said (a question, an answer, a retune, an amendment) keeps its words.
+        said = record.kind in ("question", "user", "retune", "amend")
+        shown = record.decision is not Decision.CONTINUE or said
+        reason = f"  ({record.reason})" if shown else ""
+        console.print(text + reason, style=style, markup=False, soft_wrap=True)
+        line.finished(record.step, left)
+
+    return status, on_step, on_call
 
 
 def _find_python_first() -> None:
@@ -258,25 +273,11 @@ def _report(go: Any, console: Console, status: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.summary(), indent=2))
     else:
-        handoff = result.handoff
-        console.print(f"\ndisposition: [bold]{result.disposition.value}[/bold]")
-        if result.stop_reason is not None:
-            console.print(
-                f"stop reason: {result.stop_reason.code} - {result.stop_reason.message}",
-                markup=False,
-                soft_wrap=True,
-            )
-        console.print(f"candidate:   {result.candidate.digest}")
-        if handoff.answer:
-            console.print(f"answer:      {handoff.answer}", markup=False, soft_wrap=True)
-        for source in handoff.sources:
-            console.print(f"source:      {source}", markup=False, soft_wrap=True)
-        for line in handoff.evidence:
-            console.print(f"evidence:    {line}", markup=False, soft_wrap=True)
-        for line in handoff.open_findings:
-            console.print(f"open:        {line}", markup=False, soft_wrap=True)
-        console.print(f"next:        {handoff.next_step} (owner: {handoff.owner})")
-        console.print(f"run:         {result.run_id}  (journal {result.journal})")
+        from proctor.runtime import handoff_lines
+
+        console.print()
+        console.print(handoff_lines(attrs.asdict(result.handoff)), soft_wrap=True)
+        console.print(f"run:         {result.run_id}  (journal {result.journal})", markup=False)
     if result.disposition is Disposition.STOPPED:
         click.echo(
             f"proctor: run {result.run_id} stopped; resume it with: proctor resume {result.run_id}",
@@ -305,7 +306,7 @@ def run_command(task_file: Path, journal: str, as_json: bool, heartbeat: float) 
         return
     _find_python_first()
     console = Console(stderr=as_json, highlight=False)
-    status, on_step = _live(console)
+    status, on_step, on_call = _live(console)
     spec = loaded.actor.describe()
 
     async def go(stopper: Stopper) -> Any:
@@ -317,6 +318,7 @@ def run_command(task_file: Path, journal: str, as_json: bool, heartbeat: float) 
             actor_spec=spec,
             stopper=stopper,
             heartbeat_seconds=heartbeat,
+            on_call=on_call,
         )
 
     _report(lambda: _stoppable(go), console, status, as_json)
@@ -360,7 +362,7 @@ def resume_command(
             return
     _find_python_first()
     console = Console(stderr=as_json, highlight=False)
-    status, on_step = _live(console)
+    status, on_step, on_call = _live(console)
 
     if answer_text is not None and not answer_text.strip():
         _fail("--answer is empty: say what the run needs to know")
@@ -376,6 +378,7 @@ def resume_command(
             answer=answer_text,
             stopper=stopper,
             heartbeat_seconds=heartbeat,
+            on_call=on_call,
         )
 
     _report(lambda: _stoppable(go), console, status, as_json)
@@ -383,33 +386,89 @@ def resume_command(
 
 @main.command("runs")
 @_JOURNAL
-@click.option("--limit", default=50, show_default=True, help="How many runs to list.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1_000_000),
+    default=50,
+    show_default=True,
+    help="How many runs to list.",
+)
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(["queued", "running", *(d.value for d in Disposition)]),
+    help="Only runs with this status (repeatable).",
+)
+@click.option(
+    "--since",
+    help="Only runs started since: an ISO date or time (2026-12-01, 2026-12-01T09:30), "
+    "or an age such as 30m, 2h, 7d.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def runs_command(journal: str, limit: int, as_json: bool) -> None:
-    """List the runs in the journal, newest first."""
+def runs_command(
+    journal: str, limit: int, statuses: tuple[str, ...], since: str | None, as_json: bool
+) -> None:
+    """List the runs in the journal, newest first: status, steps, times and cost."""
+    from proctor.runtime import runs_table
 
-    async def go() -> list[Any]:
-        async with open_journal(journal) as j:
-            return await j.list_runs(limit)
-
-    rows = _guard(go)
-    if as_json:
-        click.echo(json.dumps([_row(r) for r in rows], indent=2))
+    try:
+        after = _since(since) if since is not None else None
+    except ValueError as exc:
+        _fail(f"--since {since!r}: {exc}")
         return
-    table = Table("run", "task", "state", "since", "steps", "started", "host", "goal")
-    for r in rows:
-        state, since = _state(r)
-        table.add_row(
-            r.run_id[:12],
-            r.task_id[:12],
-            state,
-            _when(since),
-            str(r.steps),
-            _when(r.started_at),
-            f"{r.host}:{r.pid}" if r.pid is not None else r.host,
-            r.goal[:40],
+
+    async def go() -> tuple[list[Any], dict[str, dict[str, float]]]:
+        async with open_journal(journal, create=False) as j:
+            # Filters need more than `limit` rows to find `limit` matches.
+            rows = await j.list_runs(limit if not (statuses or after) else 1_000_000)
+            rows = [
+                r
+                for r in rows
+                if (not statuses or r.status in statuses)
+                and (after is None or r.started_at >= after)
+            ][:limit]
+            costs: dict[str, dict[str, float]] = {}
+            for r in rows:
+                spent: dict[str, float] = {}
+                for row in await j.spend_rows(r.run_id):
+                    if row.kind in ("settle", "charge"):
+                        spent[row.dimension] = spent.get(row.dimension, 0.0) + row.amount
+                costs[r.run_id] = spent
+            return rows, costs
+
+    rows, costs = _guard(go)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [_row(r) | {"cost_usd": costs[r.run_id].get("cost_usd", 0.0)} for r in rows],
+                indent=2,
+            )
         )
-    Console().print(table)
+        return
+    console = Console(highlight=False)
+    states = {r.run_id: _state(r)[0] for r in rows}
+    console.print(runs_table(rows, costs, width=console.width, states=states))
+
+
+def _since(text: str) -> float:
+    """A moment from an ISO date or time, or an age (``30m``, ``2h``, ``7d``)."""
+    import datetime
+    import re
+    import time
+
+    age = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if age:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[age[2]]
+        return time.time() - float(age[1]) * unit
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            "expected an ISO date or time (2026-12-01, 2026-12-01T09:30) "
+            "or an age such as 30m, 2h, 7d"
+        ) from None
+    return moment.timestamp()
 
 
 def _state(r: Any) -> tuple[str, float]:
@@ -462,16 +521,30 @@ def _guard(fn: Any) -> Any:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the run, its trace and handoff as JSON."
 )
-def show_command(run_id: str, journal: str, as_json: bool) -> None:
-    """Print a run's trace as a table, and its handoff."""
+@click.option("--wide", is_flag=True, help="Wrap long cells instead of cutting them with '…'.")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Print each step as it is journaled, from any terminal, until the run ends.",
+)
+def show_command(run_id: str, journal: str, as_json: bool, wide: bool, follow: bool) -> None:
+    """Print a run's trace as a table (time and cost per step), and its handoff."""
+    from proctor.runtime import load_run_view, show_renderable
+
+    if follow:
+        _follow(run_id, journal, wide)
+        return
 
     async def go() -> tuple[Any, list[dict[str, Any]]]:
-        async with open_journal(journal) as j:
-            run = await j.get_run(run_id)
-            return run, await j.steps(run.run_id)
+        async with open_journal(journal, create=False) as j:
+            if as_json:
+                run = await j.get_run(run_id)
+                return run, await j.steps(run.run_id)
+            return await load_run_view(j, run_id), []
 
-    run, steps = _guard(go)
+    found, steps = _guard(go)
     if as_json:
+        run = found
         click.echo(
             json.dumps(
                 {
@@ -487,67 +560,92 @@ def show_command(run_id: str, journal: str, as_json: bool) -> None:
         )
         return
     console = Console(highlight=False)
-    state, since = _state(run)
-    console.print(
-        f"run {run.run_id}  task {run.task_id}  status [bold]{state}[/bold] since {_when(since)}"
-        + (f"  host {run.host} pid {run.pid}" if run.pid is not None else ""),
-        markup=True,
+    state, since = _state(found.run)
+    head = (
+        f"run {found.run.run_id}  task {found.run.task_id}  status {state} since {_when(since)}"
+        + (f"  host {found.run.host} pid {found.run.pid}" if found.run.pid is not None else "")
     )
-    console.print(f"goal: {run.goal}", markup=False)
-    table = Table("step", "kind", "action", "status", "decision", "progress", "reason", "left")
-    for s in steps:
-        record_event = s.get("event") or {}
-        fake = TraceRecord(
-            trace_id=s["trace_id"],
-            run_id=s["run_id"],
-            step=s["step"],
-            kind=s["kind"],
-            action=s["action"],
-            tool_status=None,
-            result_fingerprint=None,
-            state_version=s["state_version"],
-            state_delta={},
-            remaining=s["remaining"] or {},
-            decision=Decision(s["decision"]),
-            progress=bool(s["progress"]),
-            reason=s["reason"],
-            stop_reason=None,
-            disposition=None,
-            policy_version=s["policy_version"],
-            at=s["at"],
-            event=record_event,
-        )
-        table.add_row(
-            str(s["step"]),
-            s["kind"],
-            _action_text(fake)[:50],
-            s["tool_status"] or "",
-            s["decision"],
-            "yes" if s["progress"] else "",
-            (s["reason"] or "")[:60],
-            _budget_text(s["remaining"] or {}),
-        )
-    console.print(table)
-    if run.handoff:
-        h = run.handoff
-        console.print("\n[bold]handoff[/bold]")
-        console.print(f"disposition: {h.get('disposition')}")
-        reason = h.get("stop_reason") or {}
-        if reason:
-            console.print(
-                f"stop reason: {reason.get('code')} - {reason.get('message')}", markup=False
-            )
-        console.print(f"candidate:   {h.get('candidate_digest')}")
-        if h.get("answer"):
-            console.print(f"answer:      {h['answer']}", markup=False)
-        for source in h.get("sources", []):
-            console.print(f"source:      {source}", markup=False)
-        for line in h.get("evidence", []):
-            console.print(f"evidence:    {line}", markup=False, soft_wrap=True)
-        for line in h.get("open_findings", []):
-            console.print(f"open:        {line}", markup=False)
-        console.print(f"spend:       {_budget_text(h.get('spend') or {})}")
-        console.print(f"next:        {h.get('next_step')} (owner: {h.get('owner')})")
+    console.print(show_renderable(found, width=console.width, wide=wide, status_line=head))
+
+
+@main.command("report")
+@click.argument("run_ids", metavar="RUN [RUN]", nargs=-1, required=True)
+@_JOURNAL
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The HTML file to write (default: proctor-report-RUN.html).",
+)
+@click.option("--compare", is_flag=True, help="Set two runs side by side (give RUN RUN).")
+def report_command(
+    run_ids: tuple[str, ...], journal: str, output: Path | None, compare: bool
+) -> None:
+    """Write a run's report: one self-contained HTML file with its charts, to open offline."""
+    from proctor.runtime import load_run_view, render_comparison, render_report
+
+    if compare and len(run_ids) != 2:
+        _fail(f"--compare needs two runs, got {len(run_ids)}: proctor report --compare RUN RUN")
+    if not compare and len(run_ids) != 1:
+        _fail(f"one run at a time, got {len(run_ids)} (to set two side by side: --compare)")
+
+    async def go() -> list[Any]:
+        async with open_journal(journal, create=False) as j:
+            return [await load_run_view(j, run_id) for run_id in run_ids]
+
+    views = _guard(go)
+    page = render_comparison(views[0], views[1]) if compare else render_report(views[0])
+    if output is None:
+        name = "-".join(v.run.run_id[:12] for v in views)
+        output = Path(f"proctor-report-{name}.html")
+    _write_text(output, page)
+    click.echo(str(output))
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{path}: cannot write: {exc.strerror} (give -o a file in an existing directory)")
+
+
+#: How often ``show --follow`` looks for new steps, in seconds.
+FOLLOW_EVERY = 0.5
+
+
+def _follow(run_id: str, journal: str, wide: bool) -> None:
+    """Tail a run's steps until it ends, then print its handoff."""
+    from proctor.runtime import action_text, format_spend, handoff_lines
+
+    console = Console(highlight=False)
+
+    async def go() -> None:
+        async with open_journal(journal, create=False) as j:
+            run = await j.get_run(run_id)
+            console.print(f"run {run.run_id}  goal: {run.goal}", markup=False, soft_wrap=True)
+            seen, previous = 0, run.started_at
+            while True:
+                run = await j.get_run(run.run_id)
+                for s in await j.steps(run.run_id, after=seen):
+                    seen = s["step"]
+                    took = s["at"] - previous
+                    previous = s["at"]
+                    action = action_text(s["kind"], s.get("event"), s.get("action"))
+                    reason = f"  ({s['reason']})" if s["decision"] != "continue" else ""
+                    line = f"step {seen:>4}  {took:6.1f}s  {s['decision']:<8}  {action}{reason}"
+                    console.print(line, markup=False, no_wrap=not wide, overflow="ellipsis")
+                if run.status not in ("running", "queued"):
+                    break
+                await anyio.sleep(FOLLOW_EVERY)
+            spent: dict[str, float] = {}
+            for row in await j.spend_rows(run.run_id):
+                if row.kind in ("settle", "charge"):
+                    spent[row.dimension] = spent.get(row.dimension, 0.0) + row.amount
+            console.print(f"\nended: {run.status}  spent: {format_spend(spent)}", markup=False)
+            if run.handoff:
+                console.print(handoff_lines(run.handoff, spent), soft_wrap=True)
+
+    _guard(go)
 
 
 def _policy_file(path: Path) -> dict[str, Any]:
@@ -869,7 +967,7 @@ def worker_command(
 
     _find_python_first()
     console = Console(highlight=False)
-    _, on_step = _live(Console(file=sys.stderr, highlight=False, force_terminal=False))
+    _, on_step, _ = _live(Console(file=sys.stderr, highlight=False, force_terminal=False))
 
     async def go(stopper: Stopper) -> Any:
         return await work(
@@ -1060,14 +1158,28 @@ def deny_command(run_id: str, journal: str, why: str, who: str | None, wait: flo
 @click.argument("run_id")
 @_JOURNAL
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here.")
-def export_command(run_id: str, journal: str, output: Path | None) -> None:
+@click.option(
+    "--otlp",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the run as OpenTelemetry spans, an OTLP/JSON file.",
+)
+def export_command(run_id: str, journal: str, output: Path | None, otlp: Path | None) -> None:
     """Write a recorded run as a trajectory (format v1) that replays to the same decisions."""
+    from proctor.runtime import load_run_view, otlp_json
 
-    async def go() -> str:
-        return await export_trajectory(run_id, journal)
+    async def go() -> tuple[str, Any]:
+        text = await export_trajectory(run_id, journal)
+        if otlp is None:
+            return text, None
+        async with open_journal(journal, create=False) as j:
+            return text, await load_run_view(j, run_id)
 
-    text = _guard(go)
+    text, view = _guard(go)
+    if otlp is not None:
+        _write_text(otlp, json.dumps(otlp_json(view), separators=(",", ":")) + "\n")
+        if output is None:
+            return
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        _write_text(output, text)

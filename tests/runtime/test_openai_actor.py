@@ -21,7 +21,7 @@ from tests.support.chat_server import (  # noqa: F401 - the fixture
 )
 
 from proctor import Budget, CommandCheck, Disposition, Task, run
-from proctor._errors import ActorError, ConfigError
+from proctor._errors import ActorError, BudgetError, ConfigError
 from proctor.budgets import Price, PriceTable
 from proctor.budgets._usage import Usage
 from proctor.runtime import (
@@ -38,7 +38,12 @@ from proctor.runtime import (
     ToolStatus,
     open_journal,
 )
-from proctor.runtime._actors.openai import SPECIAL_TOOLS, OpenAIActor, tool_result_text
+from proctor.runtime._actors.openai import (
+    DEFAULT_SYSTEM,
+    SPECIAL_TOOLS,
+    OpenAIActor,
+    tool_result_text,
+)
 from proctor.runtime._tools.registry import ToolRegistry
 from proctor.runtime._tools.spec import ToolSpec
 
@@ -65,6 +70,8 @@ def _actor_at(url: str, **kw: Any) -> OpenAIActor:
         "backoff_base": 0.001,
         "backoff_cap": 0.01,
         "request_time_limit": 10.0,
+        # The tests below read the conversation from its first message.
+        "system": None,
     }
     settings.update(kw)
     return OpenAIActor(MODEL, **settings)
@@ -551,3 +558,59 @@ async def test_a_model_fixes_a_project_end_to_end(chat: ChatServer, tmp_path: Pa
     assert spent["tokens_out"] == 15
     # Every model call was reserved before it was made.
     assert reserved["tokens_out"] >= 3 * actor.max_tokens
+
+
+async def test_the_first_message_carries_the_rules_of_the_run(
+    chat: ChatServer, tmp_path: Path
+) -> None:
+    root = _project(tmp_path / "p")
+    task = Task(
+        goal="make the tests pass",
+        workspace=root,
+        checks=[CommandCheck("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])],
+        protected=["tests/**"],
+        prices=PriceTable().with_prices({MODEL: Price(2.0, 8.0)}),
+        budget=Budget({"steps": 10, "tokens_in": 100_000}, {"steps": 2}),
+    )
+    # One reply: the run then fails when the server has no more (what is checked is
+    # the first request).
+    chat.script(completion(call("complete", {"summary": "done"}, "done")))
+    # The default system message: no `system` given.
+    actor = OpenAIActor(
+        MODEL, base_url=chat.url, api_key_env=KEY, backoff_base=0.001, backoff_cap=0.01
+    )
+    async with actor:
+        with anyio.fail_after(60):
+            await run(task, actor, tmp_path / "j.db")
+    first = chat.received()[0].body["messages"]
+    assert first[0] == {"role": "system", "content": DEFAULT_SYSTEM}
+    text = first[1]["content"]
+    assert text.startswith("Goal: make the tests pass\nTools: ")
+    assert f"tests ({PY} -m pytest -q -p no:cacheprovider)" in text
+    assert "scope" in text
+    assert "Protected paths (a change to them is refused): tests/**" in text
+    assert "Budget: steps 10, tokens_in 100,000 (of which the controller keeps steps 2 " in text
+
+
+def test_a_task_file_replaces_the_system_message() -> None:
+    mine = OpenAIActor.from_options({"model": MODEL, "system": "You fix builds."}, [])
+    assert mine.system == "You fix builds."
+    none = OpenAIActor.from_options({"model": MODEL, "system": ""}, [])
+    assert not none.system
+    assert OpenAIActor.from_options({"model": MODEL}, []).system == DEFAULT_SYSTEM
+
+
+async def test_a_model_without_a_price_fails_before_a_run_is_journaled(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    task = Task(
+        goal="make the tests pass",
+        workspace=root,
+        checks=[CommandCheck("tests", [PY, "-m", "pytest", "-q"])],
+    )
+    journal = tmp_path / "j.db"
+    # Nothing listens there: the price is checked before any request.
+    async with OpenAIActor("a-model-nobody-priced", base_url="http://127.0.0.1:9/v1") as actor:
+        with pytest.raises(BudgetError, match="no price for model 'a-model-nobody-priced'"):
+            await run(task, actor, journal)
+    async with open_journal(journal) as j:
+        assert await j.list_runs() == []

@@ -342,6 +342,16 @@ def test_a_check_with_an_unknown_key(home: Path) -> None:
             "checks[1].run: check 'tests': 'run' is an empty shell command",
         ),
         (
+            ("time_limit = 300", 'time_limit = 300\nexpect_exit = "0"'),
+            "checks[1].expect_exit: check 'tests': 'expect_exit' must be an exit code "
+            "from 0 to 255, not '0'",
+        ),
+        (
+            ("time_limit = 300", "time_limit = 300\nexpect_exit = true"),
+            "checks[1].expect_exit: check 'tests': 'expect_exit' must be an exit code "
+            "from 0 to 255, not True",
+        ),
+        (
             ("required = false", "required = false\ntime_limit = 0"),
             "checks[2].time_limit: check 'lint': "
             "'time_limit' must be a positive number of seconds, not 0",

@@ -86,6 +86,24 @@ from proctor.runtime._records import ToolCall as ToolCall
 from proctor.runtime._records import ToolResult as ToolResult
 from proctor.runtime._records import ToolStatus as ToolStatus
 from proctor.runtime._records import TraceRecord as TraceRecord
+from proctor.runtime._report import CandidateView as CandidateView
+from proctor.runtime._report import EvidenceView as EvidenceView
+from proctor.runtime._report import RunView as RunView
+from proctor.runtime._report import SpanRecord as SpanRecord
+from proctor.runtime._report import StepView as StepView
+from proctor.runtime._report import action_text as action_text
+from proctor.runtime._report import clip as clip
+from proctor.runtime._report import emit_spans as emit_spans
+from proctor.runtime._report import format_spend as format_spend
+from proctor.runtime._report import handoff_lines as handoff_lines
+from proctor.runtime._report import load_run_view as load_run_view
+from proctor.runtime._report import otlp_json as otlp_json
+from proctor.runtime._report import render_comparison as render_comparison
+from proctor.runtime._report import render_report as render_report
+from proctor.runtime._report import run_spans as run_spans
+from proctor.runtime._report import runs_table as runs_table
+from proctor.runtime._report import show_renderable as show_renderable
+from proctor.runtime._report import trace_table as trace_table
 from proctor.runtime._task import ActorSpec as ActorSpec
 from proctor.runtime._task import Approval as Approval
 from proctor.runtime._task import Task as Task
@@ -123,6 +141,24 @@ __all__ = (
     "HEARTBEAT_SECONDS",
     "IDEMPOTENCY_HEADER",
     "TRANSCRIPT_FORMATS",
+    "clip",
+    "run_spans",
+    "otlp_json",
+    "emit_spans",
+    "SpanRecord",
+    "action_text",
+    "trace_table",
+    "show_renderable",
+    "runs_table",
+    "handoff_lines",
+    "render_report",
+    "render_comparison",
+    "load_run_view",
+    "format_spend",
+    "StepView",
+    "RunView",
+    "EvidenceView",
+    "CandidateView",
     "Actor",
     "ActorSpec",
     "Allowlist",

@@ -37,6 +37,9 @@ class Handoff:
             final answer or a partial one); empty otherwise.
         sources: for an answer task, the sources: those the answer cites and
             that were fetched first, then every other URL fetched successfully.
+        failing_output: the last lines of the output of the first required check
+            that failed on that candidate ("" when none failed): why it failed,
+            without opening the trace.
     """
 
     disposition: Disposition
@@ -49,6 +52,7 @@ class Handoff:
     owner: str
     answer: str = ""
     sources: tuple[str, ...] = ()
+    failing_output: str = ""
 
 
 @attrs.frozen

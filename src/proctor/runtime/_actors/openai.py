@@ -47,7 +47,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import attrs
@@ -73,12 +73,32 @@ from proctor.runtime._records import (
 from proctor.runtime._tools.registry import ToolRegistry
 from proctor.runtime._tools.spec import ToolSpec
 
-__all__ = ("DEFAULT_BASE_URL", "SPECIAL_TOOLS", "OpenAIActor", "tool_result_text")
+__all__ = (
+    "DEFAULT_BASE_URL",
+    "DEFAULT_SYSTEM",
+    "SPECIAL_TOOLS",
+    "OpenAIActor",
+    "tool_result_text",
+)
 
 log = structlog.get_logger()
 
 #: The API the actor talks to unless told otherwise.
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+#: The system message a model gets unless its task replaces it (``system`` in
+#: the ``[actor]`` table; ``system = ""`` sends none). The first user message
+#: then carries the goal, the tools, the checks, the protected paths and the budget.
+DEFAULT_SYSTEM = (
+    "You are a coding agent working under proctor. A controller, not you, decides "
+    "when the run is over. Work with the tools you are offered; every call goes "
+    "through the controller, which may refuse it (a protected path, a repeated call "
+    "that made no progress, the budget). The checks named in the first message run on "
+    "a frozen copy of the workspace and alone decide whether the work is done: when "
+    "you believe it is, call complete. Never change a protected path. Do not repeat "
+    "what already failed: try something new, or call escalate with what blocks you. "
+    "Use checkpoint to note progress; it never ends the run."
+)
 
 # Characters of a response body quoted in an error.
 _EXCERPT = 500
@@ -421,7 +441,8 @@ class OpenAIActor:
             the actor with an error naming the variable.
         tools: the task's tools (default: the built-in workspace tools). proctor's
             own five tools are added to them.
-        system: the system message, if any.
+        system: the system message (default :data:`DEFAULT_SYSTEM`); None or ""
+            sends none.
         max_tokens: the most tokens one reply may take.
         max_tokens_field: the request field that carries ``max_tokens``: the
             widely served ``max_tokens``, or ``max_completion_tokens`` for servers
@@ -442,7 +463,10 @@ class OpenAIActor:
     tools: tuple[ToolSpec, ...] = attrs.field(
         factory=_default_tools, converter=_as_specs, validator=_check_tools
     )
-    system: str | None = attrs.field(default=None, validator=_check_optional_text)
+    # cast: with a plain str default, mypy would check the validator against str alone.
+    system: str | None = attrs.field(
+        default=cast("str | None", DEFAULT_SYSTEM), validator=_check_optional_text
+    )
     max_tokens: int = attrs.field(default=4096, validator=_check_max_tokens)
     max_tokens_field: str = attrs.field(default="max_tokens", validator=_check_field)
     temperature: float | None = attrs.field(default=None, validator=_check_temperature)

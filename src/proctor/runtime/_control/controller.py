@@ -108,7 +108,7 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import VerifyRequest, VerifyResult
 
-__all__ = ("Controller", "StepCallback", "StopRequest", "Wake", "proposal_refusal")
+__all__ = ("CallCallback", "Controller", "StepCallback", "StopRequest", "Wake", "proposal_refusal")
 
 from proctor.runtime._control.trace import (
     _action_event,
@@ -116,6 +116,7 @@ from proctor.runtime._control.trace import (
     _excerpt,
     _handoff,
     _message_event,
+    briefing,
 )
 
 log = structlog.get_logger()
@@ -153,6 +154,9 @@ Inbound = (
 
 #: The notes a person writes to a running run.
 OPERATOR_NOTES = ("stop", "amend", "retune-request", "answer", "approval")
+
+#: Called with the step number and the call just before a tool call runs (a live view).
+CallCallback = Callable[[int, ToolCall], None]
 
 #: How many proposals an actor may still send after the run ended; each is refused.
 AFTER_END_LIMIT = 16
@@ -289,6 +293,8 @@ class Controller:
         to_accountant: budget requests.
         actor_scope: cancels the actor's task when the run is over.
         on_step: called with every trace record, after it is journaled.
+        on_call: called with the step number and the call, just before an
+            admitted tool call runs.
     """
 
     task: Task
@@ -306,6 +312,7 @@ class Controller:
     to_accountant: ObjectSendStream[AccountantRequest]
     actor_scope: anyio.CancelScope
     on_step: StepCallback | None = None
+    on_call: CallCallback | None = None
     trace_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     step: int = 0
     remaining: dict[str, float] = attrs.field(factory=dict)
@@ -498,7 +505,7 @@ class Controller:
             ruling = attrs.evolve(self.judge.user(answer), reason=f"a person answered: {answer}")
             await self._record("user", ruling, event={"type": "user", "text": answer})
             greeting += f"\nA person answered the question the last run ended on:\n{answer}"
-        intro = f"Goal: {self.task.goal}\nTools: {', '.join(self.registry.names())}"
+        intro = briefing(self.task, self.registry.names())
         await self._observe(
             ObservationKind.RESUME if greeting else ObservationKind.START,
             f"{intro}\n{greeting}" if greeting else intro,
@@ -1046,6 +1053,8 @@ class Controller:
                     return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
         amounts = _call_amounts(call, spec)
+        if self.on_call is not None:
+            self.on_call(self.step + 1, call)
         if spec.effectful:
             # Charged when its intent is journaled; not if it is refused before.
             grant = await self._reserve(amounts)
@@ -1387,6 +1396,9 @@ class Controller:
         """Fence the run, tell the actor, refuse whatever it still sends."""
         assert self.judge.disposition is not None
         self.final_digest = await self._digest(full=True)
+        # Charge the time since the last settlement first: the handoff's spend is
+        # the run's whole spend, not what it was at the last step.
+        await self._settle(None, {})
         spend = await self.journal.spend_totals(self.task_id)
         # The task's evidence, from every run: a resumed run hands off what it inherited.
         records = await self.journal.evidence(task_id=self.task_id)

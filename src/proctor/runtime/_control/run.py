@@ -37,7 +37,13 @@ from proctor.budgets._accountant import (
 )
 from proctor.budgets._budget import Ledger
 from proctor.runtime._actors.base import Actor, run_actor
-from proctor.runtime._control.controller import Controller, Inbound, StepCallback, StopRequest
+from proctor.runtime._control.controller import (
+    CallCallback,
+    Controller,
+    Inbound,
+    StepCallback,
+    StopRequest,
+)
 from proctor.runtime._control.history import load_effects, load_history
 from proctor.runtime._control.trace import _leaves
 from proctor.runtime._effects.ledger import (
@@ -509,6 +515,7 @@ async def run(
     actor_spec: Mapping[str, Any] | None = None,
     stopper: Stopper | None = None,
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    on_call: CallCallback | None = None,
 ) -> RunResult:
     """
     Run ``actor`` on ``task`` until the controller decides it is over.
@@ -527,6 +534,8 @@ async def run(
         tools: the tools on offer (default: ``task.registry()``, the built-in workspace
             tools and the fetch, search and declared tools the task opted into).
         on_step: called with each trace record after it is journaled.
+        on_call: called with the step number and the call just before an admitted
+            tool call runs (what a live view shows as running).
         run_id: the run's id (default: a new one).
         actor_spec: how to make the actor again (a task file's ``[actor]`` table),
             journaled so that ``proctor resume`` can.
@@ -548,6 +557,7 @@ async def run(
         "actor_spec": actor_spec,
         "stopper": stopper,
         "heartbeat_seconds": heartbeat_seconds,
+        "on_call": on_call,
     }
     if not isinstance(journal, str | os.PathLike):
         return await start_run(task, actor, journal, **options)
@@ -572,6 +582,7 @@ async def start_run(
     stopper: Stopper | None = None,
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
     answer: str | None = None,
+    on_call: CallCallback | None = None,
 ) -> RunResult:
     """
     Run ``actor`` on ``task`` with an open journal; see :func:`run`.
@@ -610,6 +621,7 @@ async def start_run(
                 stopper,
                 heartbeat_seconds,
                 answer,
+                on_call,
             )
         finally:
             with anyio.move_on_after(5, shield=True), contextlib.suppress(ProctorError):
@@ -633,9 +645,15 @@ async def _run(
     stopper: Stopper | None = None,
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
     answer: str | None = None,
+    on_call: CallCallback | None = None,
 ) -> RunResult:
     takeover = claimed is not None and claimed.previous_epoch > 0
     inherits = parent_run_id is not None or takeover
+    estimate = getattr(actor, "estimate", None)
+    if estimate is not None:
+        # A model with no known or declared price fails here, before anything is
+        # journaled: no run is left `running` with no step.
+        estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
     own = own_paths(task, journal, actor_spec)
     _refuse_inside(task, own)
     if task.sandbox.mode == "auto":
@@ -776,6 +794,7 @@ async def _run(
         to_accountant=acc_tx,
         actor_scope=actor_scope,
         on_step=on_step,
+        on_call=on_call,
         estimate=getattr(actor, "estimate", None),
         baseline=baseline,
         effects=effects,
@@ -788,10 +807,6 @@ async def _run(
     if takeover:
         # The same run goes on under a new epoch: its step numbers go on too.
         controller.step = len(await journal.steps(run_id))
-
-    if controller.estimate is not None:
-        # A model with no known or declared price fails here, before anything runs.
-        controller.estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
 
     async def actor_task(proposals: ObjectSendStream[Inbound]) -> None:
         with actor_scope:

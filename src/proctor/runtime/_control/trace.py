@@ -5,9 +5,10 @@ What the controller writes about a step: trajectory events, descriptions, the ha
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proctor._digest import canonical_json
+from proctor.budgets._text import format_amount
 from proctor.runtime._effects.ledger import EffectLedger, EffectState
 from proctor.runtime._outcome import Handoff
 from proctor.runtime._progress.judge import Judge
@@ -20,7 +21,10 @@ from proctor.runtime._records import (
 )
 from proctor.verifiers._evidence import Evidence
 
-__all__ = ()
+__all__ = ("briefing",)
+
+if TYPE_CHECKING:
+    from proctor.runtime._task import Task
 
 _TRAJECTORY_STATUS = {
     ToolStatus.OK: "ok",
@@ -96,6 +100,40 @@ def _baseline_line(name: str, ev: Evidence) -> str:
         + (f" ({shown})" if failing else "")
         + f", {passing} passing"
     )
+
+
+def briefing(task: Task, tools: Sequence[str]) -> str:
+    """
+    The first observation's text: the goal, the tools, the checks that decide,
+    the protected paths and the budget, so an actor knows the rules from step one.
+
+    The goal comes first and the tools second, on lines of their own.
+    """
+    lines = [f"Goal: {task.goal}", f"Tools: {', '.join(tools)}"]
+    checks = []
+    for check in task.all_checks():
+        run = getattr(check, "run", None)
+        command = run if isinstance(run, str) else " ".join(run) if run else ""
+        label = f"{check.name} ({command})" if command else check.name
+        checks.append(label if check.required else f"{label}, optional")
+    if checks:
+        lines.append(
+            "Checks (run by the verifier on a frozen copy of the workspace; they alone "
+            f"decide when the work is done): {'; '.join(checks)}"
+        )
+    if task.protected:
+        lines.append(f"Protected paths (a change to them is refused): {', '.join(task.protected)}")
+    limits = task.budget.limits
+    if limits:
+
+        def named(amounts: dict[str, float]) -> str:
+            return ", ".join(f"{k} {format_amount(k, v)}" for k, v in sorted(amounts.items()))
+
+        budget = named(limits)
+        reserve = task.budget.reserve
+        kept = f" (of which the controller keeps {named(reserve)} to wrap up)"
+        lines.append(f"Budget: {budget}{kept if reserve else ''}")
+    return "\n".join(lines)
 
 
 def _handoff(
@@ -182,6 +220,7 @@ def _handoff(
     sources: tuple[str, ...] = ()
     if answer_task:
         sources = tuple(cited) + tuple(sorted(judge.fetched - set(cited)))
+    failing = [ev for _, ev in sorted(latest.items()) if not ev.passed and ev.required]
     return Handoff(
         answer=answer,
         sources=sources,
@@ -193,4 +232,14 @@ def _handoff(
         spend=spend,
         next_step=next_step,
         owner=owner,
+        failing_output=_tail_lines(failing[0].excerpt) if failing else "",
     )
+
+
+#: The most lines of a failing check's output a handoff keeps (its end says why).
+FAILING_LINES = 20
+
+
+def _tail_lines(text: str) -> str:
+    lines = text.rstrip().splitlines()
+    return "\n".join(lines[-FAILING_LINES:])

@@ -70,7 +70,8 @@ async def export_trajectory(
     """
     if not isinstance(journal, str | os.PathLike):
         return await _export(journal, run_id)
-    async with open_journal(journal) as j:
+    # A read: a journal that does not exist is an error, not a new empty file.
+    async with open_journal(journal, create=False) as j:
         return await _export(j, run_id)
 
 

@@ -10,7 +10,7 @@ import attrs
 
 from proctor._errors import ConfigError, FencedError
 from proctor.runtime._actors.base import Actor
-from proctor.runtime._control.controller import StepCallback
+from proctor.runtime._control.controller import CallCallback, StepCallback
 from proctor.runtime._control.history import proposals_made
 from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, holder_alive, start_run
 from proctor.runtime._journal import JournalLike, RunRow, open_journal
@@ -66,6 +66,7 @@ async def resume(
     answer: str | None = None,
     stopper: Stopper | None = None,
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    on_call: CallCallback | None = None,
 ) -> RunResult:
     """
     Start a new run of the task of run ``run_id``, inheriting its history.
@@ -87,6 +88,7 @@ async def resume(
             judges); by default it is rebuilt from the journal.
         tools: the tools on offer.
         on_step: called with each trace record.
+        on_call: called just before each admitted tool call runs (see :func:`run`).
         actor_spec: how to make the actor again, journaled for the next resume.
         answer: a person's answer to the question ``run_id`` ended on
             (``needs_input``): journaled as a ``user`` event and told to the actor
@@ -134,4 +136,5 @@ async def resume(
             answer=answer,
             stopper=stopper,
             heartbeat_seconds=heartbeat_seconds,
+            on_call=on_call,
         )

@@ -16,6 +16,7 @@ from proctor.runtime._journal.base import EffectRow as EffectRow
 from proctor.runtime._journal.base import JournalLike as JournalLike
 from proctor.runtime._journal.base import ProcessRow as ProcessRow
 from proctor.runtime._journal.base import RunRow as RunRow
+from proctor.runtime._journal.base import SpendRow as SpendRow
 from proctor.runtime._journal.base import Synchronous as Synchronous
 from proctor.runtime._journal.open import is_postgres_url as is_postgres_url
 from proctor.runtime._journal.open import open_journal as open_journal
@@ -31,6 +32,7 @@ __all__ = (
     "Journal",
     "JournalLike",
     "ProcessRow",
+    "SpendRow",
     "RunRow",
     "Synchronous",
     "is_postgres_url",

@@ -30,6 +30,7 @@ __all__ = (
     "WAITING",
     "SPEND_KINDS",
     "SYNCHRONOUS",
+    "SpendRow",
     "Synchronous",
 )
 
@@ -234,6 +235,25 @@ class EffectRow:
 
 
 @attrs.frozen
+class SpendRow:
+    """
+    One row of a run's spend ledger.
+
+    Args:
+        dimension: what was spent (``steps``, ``tokens_in``, ``cost_usd``,
+            ``tool_calls:NAME``, ...).
+        amount: how much.
+        kind: one of :data:`SPEND_KINDS`.
+        at: when it was recorded (seconds since the epoch).
+    """
+
+    dimension: str
+    amount: float
+    kind: str
+    at: float
+
+
+@attrs.frozen
 class ProcessRow:
     """
     One child process group of a run.
@@ -408,6 +428,8 @@ class JournalLike(Protocol):
     async def spend_totals(
         self, task_id: str, kinds: Sequence[str] = ("settle", "charge")
     ) -> dict[str, float]: ...
+
+    async def spend_rows(self, run_id: str) -> list[SpendRow]: ...
 
     async def record_process(self, run_id: str, pgid: int, command: str) -> None: ...
     async def end_process(self, run_id: str, pgid: int, how: str) -> None: ...

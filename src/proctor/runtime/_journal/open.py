@@ -33,7 +33,7 @@ def is_postgres_url(target: str | os.PathLike[str]) -> bool:
 
 @contextlib.asynccontextmanager
 async def open_journal(
-    target: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
+    target: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL", create: bool = True
 ) -> AsyncIterator[JournalLike]:
     """
     Open a journal for the body of an ``async with`` and close it after.
@@ -43,9 +43,13 @@ async def open_journal(
             journal (:class:`~proctor.runtime._journal.postgres.PgJournal`); anything else
             is the path of a SQLite file (:class:`Journal`).
         synchronous: as for :meth:`Journal.open` and ``PgJournal.open``.
+        create: as for :meth:`Journal.open` (a SQLite file that does not exist is
+            an error when False); a PostgreSQL database must exist either way.
 
     Raises:
-        ConfigError: a PostgreSQL URL, and asyncpg is not installed.
+        ConfigError: a PostgreSQL URL, and asyncpg is not installed; a SQLite
+            file whose directory does not exist, or that does not exist and
+            ``create`` is False.
     """
     journal: JournalLike
     if is_postgres_url(target):
@@ -61,7 +65,7 @@ async def open_journal(
             ) from exc
         journal = await PgJournal.open(os.fspath(target), synchronous=synchronous)
     else:
-        journal = await Journal.open(target, synchronous=synchronous)
+        journal = await Journal.open(target, synchronous=synchronous, create=create)
     try:
         yield journal
     finally:

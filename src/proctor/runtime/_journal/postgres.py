@@ -67,6 +67,7 @@ from proctor.runtime._journal.base import (
     HolderRow,
     ProcessRow,
     RunRow,
+    SpendRow,
     Synchronous,
 )
 from proctor.runtime._journal.crash import boundaries
@@ -360,6 +361,10 @@ class _Sql:
         SELECT dimension, sum(amount) FROM spend
         WHERE task_id = $1 AND kind = ANY($2::text[])
         GROUP BY dimension ORDER BY dimension
+    """
+
+    spend_rows = """
+        SELECT dimension, amount, kind, at FROM spend WHERE run_id = $1 ORDER BY id
     """
 
     record_process = """
@@ -1280,6 +1285,12 @@ class PgJournal:
         async with self._use(f"read spend of task {task_id}") as conn:
             rows = await conn.fetch(_Sql.spend_totals, task_id, list(kinds))
         return {str(dimension): float(total) for dimension, total in rows}
+
+    async def spend_rows(self, run_id: str) -> list[SpendRow]:
+        """Return a run's spend rows (every kind) in the order they were written."""
+        async with self._use(f"read spend of run {run_id}") as conn:
+            rows = await conn.fetch(_Sql.spend_rows, run_id)
+        return [SpendRow(str(d), float(a), str(k), float(t)) for d, a, k, t in rows]
 
     # -- processes ----------------------------------------------------------------------
 

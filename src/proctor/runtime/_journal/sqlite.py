@@ -77,6 +77,7 @@ from proctor.runtime._journal.base import (
     HolderRow,
     ProcessRow,
     RunRow,
+    SpendRow,
     Synchronous,
 )
 from proctor.runtime._journal.crash import crash_point
@@ -313,6 +314,10 @@ class _Sql:
         GROUP BY dimension ORDER BY dimension
     """
 
+    spend_rows = """
+        SELECT dimension, amount, kind, at FROM spend WHERE run_id = ? ORDER BY id
+    """
+
     record_process = """
         INSERT INTO processes (run_id, pgid, command, started_at) VALUES (?, ?, ?, ?)
     """
@@ -429,7 +434,11 @@ class Journal:
 
     @classmethod
     async def open(
-        cls, path: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "NORMAL",
+        create: bool = True,
     ) -> Journal:
         """
         Open the journal at ``path``, creating and migrating it as needed.
@@ -438,9 +447,13 @@ class Journal:
             path: the SQLite file. Its directory must exist.
             synchronous: SQLite's ``synchronous`` level for ordinary commits. Effect
                 dispatches and run ends are always committed with ``FULL``.
+            create: create the file when it does not exist; when False, a missing
+                file is an error (what a command that only reads wants).
 
         Raises:
-            ConfigError: ``synchronous`` is not OFF, NORMAL, FULL or EXTRA.
+            ConfigError: ``synchronous`` is not OFF, NORMAL, FULL or EXTRA; the
+                file's directory does not exist; ``create`` is False and the file
+                does not exist.
             SchemaError: the journal was written by a newer proctor.
             JournalError: the file could not be opened or is not a journal.
         """
@@ -450,6 +463,8 @@ class Journal:
                 f"journal synchronous level must be one of {', '.join(SYNCHRONOUS)}, "
                 f"got {synchronous!r}"
             )
+        if name != ":memory:":
+            _check_journal_path(name, create=create)
         try:
             db = await aiosqlite.connect(name, isolation_level=None)
         except sqlite3.Error as exc:
@@ -1390,6 +1405,12 @@ class Journal:
             rows = await db.execute_fetchall(_Sql.spend_totals, (task_id, json.dumps(list(kinds))))
         return {str(dimension): float(total) for dimension, total in rows}
 
+    async def spend_rows(self, run_id: str) -> list[SpendRow]:
+        """Return a run's spend rows (every kind) in the order they were written."""
+        async with self._use(f"read spend of run {run_id}") as db:
+            rows = await db.execute_fetchall(_Sql.spend_rows, (run_id,))
+        return [SpendRow(str(d), float(a), str(k), float(t)) for d, a, k, t in rows]
+
     # -- processes ----------------------------------------------------------------------
 
     async def record_process(self, run_id: str, pgid: int, command: str) -> None:
@@ -1574,3 +1595,21 @@ def _prefix_query(prefix: str) -> tuple[str, dict[str, str]]:
     if last < 0x10FFFF and not 0xD800 <= last + 1 <= 0xDFFF:
         return _Sql.runs_by_prefix, {"low": prefix, "high": prefix[:-1] + chr(last + 1)}
     return _Sql.runs_by_prefix_scan, {"low": prefix}
+
+
+def _check_journal_path(name: str, *, create: bool) -> None:
+    # Before SQLite sees the path: it would make an empty journal of a mistyped
+    # name, and say only "unable to open database file" of a missing directory.
+    folder = os.path.dirname(os.path.abspath(name))
+    if not os.path.isdir(folder):
+        raise ConfigError(
+            f"journal {name}: the directory {folder} does not exist "
+            "(give the path of a journal file in an existing directory)"
+        )
+    if os.path.isdir(name):
+        raise ConfigError(f"journal {name}: is a directory, not a journal file")
+    if not create and not os.path.exists(name):
+        raise ConfigError(
+            f"journal {name}: no such file (give --journal the file a run "
+            "wrote, such as proctor.db, or set PROCTOR_JOURNAL)"
+        )
