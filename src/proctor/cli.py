@@ -44,7 +44,7 @@ from proctor.runtime._progress.trajectory import (
     replay,
 )
 from proctor.runtime._records import Decision, Disposition, TraceRecord
-from proctor.runtime._task import ActorSpec, load_task
+from proctor.runtime._task import ActorSpec, load_hosted_task, load_task
 from proctor.runtime._tools.process import pid_alive
 
 __all__ = ("EXIT_CODES", "main")
@@ -1103,7 +1103,7 @@ def hooks_install(
     from proctor.runtime._hosting.hooks.install import install
 
     try:
-        load_task(task_file)
+        load_hosted_task(task_file)
         written = install(
             agent,  # type: ignore[arg-type]
             task_file,
