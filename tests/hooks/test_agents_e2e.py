@@ -113,7 +113,7 @@ def go(
 def test_build_rescue_completes_only_after_checks_pass(agent: str, tmp_path: Path) -> None:
     work, task, journal = project(tmp_path)
     script = ["All done, the tests pass.", write(agent, work / "calc.py", FIXED), "Fixed it."]
-    run, srv = go(agent, script, work, task, journal)
+    _, srv = go(agent, script, work, task, journal)
     # The premature stop was blocked with the failing test's own text.
     assert "assert -1 == 5" in told(srv)
     assert (work / "calc.py").read_text() == FIXED
@@ -130,7 +130,7 @@ def test_build_rescue_completes_only_after_checks_pass(agent: str, tmp_path: Pat
 def test_write_to_protected_test_refused(agent: str, tmp_path: Path) -> None:
     work, task, journal = project(tmp_path)
     script = [write(agent, work / "tests" / "test_calc.py", CHEAT), "Done."]
-    run, srv = go(agent, script, work, task, journal)
+    _, srv = go(agent, script, work, task, journal)
     found = ended(journal)
     assert found["row"].disposition != "completed"
     if agent == "codex":
@@ -147,7 +147,7 @@ def test_same_failing_command_retried_until_proctor_ends_it(agent: str, tmp_path
     marker = work.parent / "runs.log"
     command = f"echo x >> {marker}; python3 -m pytest -q -p no:cacheprovider"
     script = [shell(agent, command) for _ in range(12)] + ["Done."]
-    run, srv = go(agent, script, work, task, journal)
+    go(agent, script, work, task, journal)
     found = ended(journal)
     assert found["row"].disposition == "no_progress", found["row"]
     ran = len(marker.read_text().splitlines())
@@ -157,7 +157,7 @@ def test_same_failing_command_retried_until_proctor_ends_it(agent: str, tmp_path
 def test_budget_limit_ends_the_session(agent: str, tmp_path: Path) -> None:
     work, task, journal = project(tmp_path, "\n[budget]\nsteps = 3\n")
     script = [shell(agent, f"echo {n} > {work.parent}/f{n}.txt") for n in range(6)] + ["Done."]
-    run, srv = go(agent, script, work, task, journal)
+    go(agent, script, work, task, journal)
     found = ended(journal)
     assert found["row"].disposition == "budget_exhausted", found["row"]
     assert found["row"].stop_reason["limit"] == "steps"

@@ -795,4 +795,3 @@ def load_hosted_task(path: str | Path, workspace: str | Path | None = None) -> T
     if not chosen.is_dir():
         raise ConfigError(f"{path}: the workspace {chosen} is not a directory")
     return attrs.evolve(task, workspace=chosen)
-

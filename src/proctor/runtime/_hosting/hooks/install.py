@@ -2,11 +2,13 @@
 Writing an agent's hook settings so that it runs ``proctor hook`` (and taking
 them out again), merged with whatever the settings file already holds.
 
-| agent | file | notes |
-| --- | --- | --- |
-| claude | ``PROJECT/.claude/settings.json`` | project hooks run without a trust prompt in ``-p`` mode |
-| codex | ``$CODEX_HOME/hooks.json`` (default ``~/.codex``) and ``[features] hooks = true`` in its ``config.toml`` | hooks of the user layer run only once trusted (``/hooks`` in the TUI) or with ``--dangerously-bypass-hook-trust`` |
-| gemini | ``PROJECT/.gemini/settings.json`` | project settings count only in a trusted folder; run with ``--yolo`` so that the shell and write tools exist in ``-p`` mode |
+- claude: ``PROJECT/.claude/settings.json``; project hooks run without a trust
+  prompt in ``-p`` mode.
+- codex: ``$CODEX_HOME/hooks.json`` (default ``~/.codex``) and ``[features]
+  hooks = true`` in its ``config.toml``; hooks of the user layer run only once
+  trusted (``/hooks`` in the TUI) or with ``--dangerously-bypass-hook-trust``.
+- gemini: ``PROJECT/.gemini/settings.json``; project settings count only in a
+  trusted folder; run it with ``--yolo``, or ``-p`` offers no shell or write tool.
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ EVENTS: dict[str, tuple[str, ...]] = {
         "SessionEnd",
     ),
     "codex": ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"),
-    "gemini": ("SessionStart", "BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent", "SessionEnd"),
+    "gemini": (
+        "SessionStart",
+        "BeforeAgent",
+        "BeforeTool",
+        "AfterTool",
+        "AfterAgent",
+        "SessionEnd",
+    ),
 }
 _TOOL_EVENTS = {"PreToolUse", "PostToolUse", "PostToolUseFailure", "BeforeTool", "AfterTool"}
 #: Seconds an agent waits for one hook call: a stop runs the task's checks.
@@ -118,14 +127,20 @@ def _codex_feature(home: Path) -> Path:
     if isinstance(features, dict) and features.get("hooks") is True:
         return path
     if isinstance(features, dict) and "hooks" in features:
-        raise ConfigError(f"{path}: [features] hooks is set to {features['hooks']!r}: set it to true")
+        raise ConfigError(
+            f"{path}: [features] hooks is set to {features['hooks']!r}: set it to true"
+        )
     lines = text.splitlines()
     if "[features]" in (line.strip() for line in lines):
         at = [line.strip() for line in lines].index("[features]")
         lines.insert(at + 1, "hooks = true")
         text = "\n".join(lines) + "\n"
     else:
-        text = text + ("\n" if text and not text.endswith("\n") else "") + "\n[features]\nhooks = true\n"
+        text = (
+            text
+            + ("\n" if text and not text.endswith("\n") else "")
+            + "\n[features]\nhooks = true\n"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path

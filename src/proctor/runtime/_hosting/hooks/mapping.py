@@ -35,7 +35,9 @@ _READ = {"Read", "read_file", "view_image"}
 _FETCH = {"WebFetch", "web_fetch"}
 _SEARCH = {"WebSearch", "google_web_search", "web_search"}
 _PATH_KEYS = ("file_path", "path", "absolute_path", "notebook_path", "filePath")
-_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$")
+_PATCH_FILE = re.compile(
+    r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$"
+)
 
 
 @attrs.frozen

@@ -163,7 +163,9 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
             "stop_blocks": 0,
         }
         await journal.add_note(run_id, "hook", state)
-        return _Session(task, journal, run_id, task_id, epoch, 0, None, baseline, state, hasher, digest)
+        return _Session(
+            task, journal, run_id, task_id, epoch, 0, None, baseline, state, hasher, digest
+        )
     snapshot = await journal.snapshot(run_id)
     start = await journal.latest_note(run_id, "start")
     hook = await journal.latest_note(run_id, "hook")
@@ -228,7 +230,9 @@ async def _charge_outside(session: _Session, event: HookEvent) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def _wired(session: _Session) -> AsyncIterator[tuple[Controller, Callable[[], list[Observation]]]]:
+async def _wired(
+    session: _Session,
+) -> AsyncIterator[tuple[Controller, Callable[[], list[Observation]]]]:
     """A controller for one hook call, with its accountant and verifier, as a live run has."""
     from proctor.runtime._progress.judge import Judge
 
