@@ -1128,6 +1128,34 @@ def hooks_install(
         )
 
 
+@hooks_group.command("serve")
+@_JOURNAL
+@click.option(
+    "--socket",
+    "socket_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=(
+        "The Unix socket (default: in .proctor-hooks/ beside the journal, where "
+        "`proctor hook` looks; elsewhere, set $PROCTOR_HOOK_SOCKET for the hooks)."
+    ),
+)
+def hooks_serve(journal: str, socket_file: Path | None) -> None:
+    """Answer the hook calls of every session of the journal from one long-lived process."""
+    import signal
+    import threading
+
+    from proctor.runtime._hosting.hooks.server import serve_hooks
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        serve_hooks(journal, path=socket_file, ready=lambda p: click.echo(str(p)), stop=stop)
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
 @hooks_group.command("uninstall")
 @click.argument("agent", type=click.Choice(["claude", "codex", "gemini"]))
 @_PROJECT

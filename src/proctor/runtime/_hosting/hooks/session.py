@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -40,6 +38,7 @@ from proctor.runtime._control.controller import Controller, Inbound, _call_amoun
 from proctor.runtime._control.history import save_snapshot
 from proctor.runtime._control.trace import _action_event
 from proctor.runtime._hosting.hooks.agents import Answer, HookEvent
+from proctor.runtime._hosting.hooks.client import hooks_dir
 from proctor.runtime._hosting.hooks.mapping import Mapped, map_call, map_result
 from proctor.runtime._hosting.hooks.spend import read_spend
 from proctor.runtime._journal import JournalLike, open_journal
@@ -101,12 +100,8 @@ def _session_lock(journal: str, run_id: str) -> Iterator[None]:
     One hook call of a session at a time: agents run hooks of parallel tool calls
     at once, and each call reads and replaces the decision core's snapshot.
     """
-    if "://" in journal:
-        name = hashlib.sha256(journal.encode()).hexdigest()[:16]
-        base = Path(tempfile.gettempdir()) / f"proctor-hooks-{name}"
-    else:
-        base = Path(os.path.abspath(journal)).parent / ".proctor-hooks"
-    base.mkdir(parents=True, exist_ok=True)
+    base = hooks_dir(journal)
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
     with (base / f"{run_id}.lock").open("a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
