@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from tests.support.fake_models import (
 )
 
 from proctor.runtime import open_journal
+from proctor.runtime._hosting.hooks.server import serve_hooks
 
 AGENTS = ("claude", "codex", "gemini")
 SERVE: dict[str, Callable[[list[Any]], FakeServer]] = {
@@ -163,3 +165,28 @@ def test_budget_limit_ends_the_session(agent: str, tmp_path: Path) -> None:
     assert found["row"].stop_reason["limit"] == "steps"
     ran = sorted(p.name for p in work.parent.glob("f*.txt"))
     assert ran == ["f0.txt", "f1.txt", "f2.txt"]
+
+
+def test_build_rescue_with_a_hook_server(tmp_path: Path) -> None:
+    why = missing("claude")
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"claude must run in CI: {why}")
+        pytest.skip(why)
+    work, task, journal = project(tmp_path)
+    stop, ready = threading.Event(), threading.Event()
+    server = threading.Thread(
+        target=serve_hooks,
+        args=(str(journal),),
+        kwargs={"ready": lambda _: ready.set(), "stop": stop},
+    )
+    server.start()
+    try:
+        assert ready.wait(60)
+        script = ["All done.", write("claude", work / "calc.py", FIXED), "Fixed it."]
+        _, srv = go("claude", script, work, task, journal)
+    finally:
+        stop.set()
+        server.join(60)
+    assert "assert -1 == 5" in told(srv)
+    assert ended(journal)["row"].disposition == "completed"
