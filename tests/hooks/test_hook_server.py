@@ -149,3 +149,28 @@ def test_a_server_that_takes_the_call_and_dies_refuses_it(tmp_path: Path, projec
     finally:
         thread.join(10)
         listener.close()
+
+
+def test_a_task_file_changed_during_the_session_is_refused(tmp_path: Path, project: Path) -> None:
+    first = _hook(tmp_path, _payload("SessionStart", project))
+    assert first.returncode == 0, first.stderr
+    task = tmp_path / "task.toml"
+    task.write_text(task.read_text().replace('run = ["true"]', 'run = ["false"]'))
+    done = _hook(tmp_path, _payload("PreToolUse", project))
+    assert (done.stdout, done.returncode) == ("", 2)
+    assert "the task file changed since claude session s1 began" in done.stderr
+
+
+def test_the_task_file_in_the_workspace_is_protected(tmp_path: Path, project: Path) -> None:
+    (project / "task.toml").write_text((tmp_path / "task.toml").read_text())
+    tool = {"file_path": str(project / "task.toml"), "content": "[task]\\ngoal = 'x'\\n"}
+    args = [sys.executable, "-m", "proctor", "hook", "claude", "--task", str(project / "task.toml")]
+    done = subprocess.run(
+        [*args, "--journal", str(tmp_path / "j.db")],
+        input=_payload("PreToolUse", project, tool_name="Write", tool_input=tool),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "task.toml is protected" in done.stdout

@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 import attrs
 
-from proctor._errors import BudgetError, RunNotFoundError
+from proctor._errors import BudgetError, ConfigError, RunNotFoundError
 from proctor.budgets._accountant import AccountantRequest, run_accountant
 from proctor.budgets._budget import Exhaustion, Ledger
 from proctor.runtime._control.controller import Controller, Inbound, _call_amounts
@@ -43,6 +43,8 @@ from proctor.runtime._hosting.hooks.mapping import Mapped, map_call, map_result
 from proctor.runtime._hosting.hooks.spend import read_spend
 from proctor.runtime._journal import JournalLike, open_journal
 from proctor.runtime._progress.judge import Act, Refused, normalized_action
+from proctor.runtime._progress.normalize import canonical_json
+from proctor.runtime._progress.normalize import digest as digest_of
 from proctor.runtime._records import (
     Completion,
     Observation,
@@ -90,7 +92,13 @@ def load_hook_task(path: str | Path, cwd: str) -> Task:
         ConfigError: the file cannot be read or is not a valid task file.
     """
     loaded = load_hosted_task(path, workspace=cwd)
-    protected = loaded.protected + tuple(p for p in HOOK_PROTECTED if p not in loaded.protected)
+    extra = list(HOOK_PROTECTED)
+    # The task file itself, if the agent can reach it through its file tools.
+    with contextlib.suppress(ValueError):
+        extra.append(
+            Path(os.path.realpath(path)).relative_to(os.path.realpath(loaded.workspace)).as_posix()
+        )
+    protected = loaded.protected + tuple(p for p in extra if p not in loaded.protected)
     return attrs.evolve(loaded, protected=protected)
 
 
@@ -127,16 +135,20 @@ class _Session:
     digest: str
 
 
+def _task_digest(task: Task) -> str:
+    return digest_of(canonical_json(task.describe()))
+
+
 async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
     """Find the session's run, or open it."""
     run_id = run_id_for(event.agent, event.session_id)
-    hasher = TreeHasher(task.workspace, task.ignore)
-    digest = await anyio.to_thread.run_sync(hasher.digest)
     try:
         row = await journal.get_run(run_id)
     except RunNotFoundError:
         row = None
     if row is None or row.run_id != run_id:
+        hasher = TreeHasher(task.workspace, task.ignore)
+        digest = await anyio.to_thread.run_sync(hasher.digest)
         task_id = task.task_id or uuid.uuid5(_NAMESPACE, f"task:{run_id}").hex
         await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
         epoch = await journal.create_run(
@@ -148,7 +160,7 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
         )
         baseline = await anyio.to_thread.run_sync(hasher.files)
         await journal.add_note(run_id, "start", {"digest": digest, "baseline": baseline})
-        state = {
+        state: dict[str, Any] = {
             "agent": event.agent,
             "session_id": event.session_id,
             "at": time.time(),
@@ -156,6 +168,10 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
             "tokens_out": 0,
             "cost_usd": 0.0,
             "stop_blocks": 0,
+            # The session's task as it began: the task file is read at every call,
+            # and an agent that can write it must not change what decides success.
+            "workspace": str(task.workspace),
+            "task": _task_digest(task),
         }
         await journal.add_note(run_id, "hook", state)
         return _Session(
@@ -169,6 +185,17 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
             f"run {run_id} of {event.agent} session {event.session_id} has no hook state in "
             f"{journal.path}: it was not opened by proctor hook"
         )
+    state = dict[str, Any](hook["body"])
+    # The workspace is the one the session began in, wherever the agent is now.
+    task = attrs.evolve(task, workspace=Path(state["workspace"]))
+    if state.get("task") != _task_digest(task):
+        raise ConfigError(
+            f"the task file changed since {event.agent} session {event.session_id} began "
+            f"(run {run_id}): a session is judged under the task it began with; start a "
+            "new session to use the new one"
+        )
+    hasher = TreeHasher(task.workspace, task.ignore)
+    digest = await anyio.to_thread.run_sync(hasher.digest)
     return _Session(
         task,
         journal,
@@ -178,7 +205,7 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
         row.steps,
         snapshot["snapshot"],
         dict(start["body"].get("baseline") or {}),
-        dict(hook["body"]),
+        state,
         hasher,
         digest,
     )
