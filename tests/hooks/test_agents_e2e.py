@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -127,6 +129,26 @@ def test_build_rescue_completes_only_after_checks_pass(agent: str, tmp_path: Pat
     if agent != "codex":
         # Claude Code and gemini-cli write token usage to their transcripts.
         assert found["spend"].get("tokens_in", 0) > 0
+    # The session is a run like any other for the CLI.
+    cli = [sys.executable, "-m", "proctor"]
+    listed = subprocess.run(
+        [*cli, "runs", "--journal", str(journal), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    (row,) = json.loads(listed.stdout)
+    assert row["status"] == "completed"
+    assert row["steps"] == len(found["steps"])
+    shown = subprocess.run(
+        [*cli, "show", row["run_id"][:8], "--journal", str(journal), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(shown.stdout)["handoff"]["disposition"] == "completed"
 
 
 def test_write_to_protected_test_refused(agent: str, tmp_path: Path) -> None:
