@@ -79,7 +79,7 @@ def project(tmp_path: Path, budget: str = "") -> tuple[Path, Path, Path]:
     task.write_text(
         '[task]\ngoal = "Make the test suite pass without changing tests/"\n\n'
         '[[checks]]\nname = "tests"\n'
-        'run = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"]\n\n'
+        f"run = [{json.dumps(sys.executable)}, '-m', 'pytest', '-q', '-p', 'no:cacheprovider']\n\n"
         '[contract]\nprotected = ["tests/**"]\n' + budget
     )
     return work, task, tmp_path / "proctor.db"
@@ -169,7 +169,7 @@ def test_write_to_protected_test_refused(agent: str, tmp_path: Path) -> None:
 def test_same_failing_command_retried_until_proctor_ends_it(agent: str, tmp_path: Path) -> None:
     work, task, journal = project(tmp_path)
     marker = work.parent / "runs.log"
-    command = f"echo x >> {marker}; python3 -m pytest -q -p no:cacheprovider"
+    command = f"echo x >> {marker}; {sys.executable} -m pytest -q -p no:cacheprovider"
     script = [shell(agent, command) for _ in range(12)] + ["Done."]
     go(agent, script, work, task, journal)
     found = ended(journal)
