@@ -269,3 +269,50 @@ def test_install_merges_and_uninstall_keeps_the_rest(tmp_path: Path) -> None:
     written = install("codex", task, project=tmp_path, journal="j.db", codex_home=home)
     assert written == [home / "hooks.json", home / "config.toml"]
     assert "[features]\nhooks = true\nother = 1" in (home / "config.toml").read_text()
+
+
+_SEGMENT = st.sampled_from(["a", "b", "tests", "..", ".", "c.py"])
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(_SEGMENT, min_size=1, max_size=6))
+def test_a_written_path_is_judged_where_it_lands(tmp_path: Path, parts: list[str]) -> None:
+    import posixpath
+
+    root = tmp_path / "ws"
+    root.mkdir(exist_ok=True)
+    relative = "/".join(parts)
+    mapped = map_call(
+        _event("claude", "PreToolUse", root, "Write", {"file_path": relative, "content": ""}),
+        root,
+    )
+    landed = posixpath.normpath(posixpath.join(str(root), relative))
+    if landed == str(root) or landed.startswith(str(root) + "/"):
+        assert mapped.outside is None
+        assert mapped.writes == (posixpath.relpath(landed, str(root)),)
+    else:
+        assert mapped.outside == landed
+
+
+@given(
+    st.one_of(
+        st.none(), st.text(max_size=40), st.dictionaries(st.text(max_size=8), st.text(max_size=8))
+    )
+)
+def test_any_tool_response_maps_to_a_result(response: Any) -> None:
+    event = parse(
+        "gemini",
+        json.dumps(
+            {
+                "hook_event_name": "AfterTool",
+                "session_id": "s",
+                "cwd": "/",
+                "tool_name": "run_shell_command",
+                "tool_input": {"command": "x"},
+                "tool_response": response,
+            }
+        ),
+    )
+    result = map_result(event)
+    assert result.status in (ToolStatus.OK, ToolStatus.ERROR, ToolStatus.UNCERTAIN)
+    assert isinstance(result.output, str)
