@@ -50,12 +50,13 @@ def _hook(argv: list[str]) -> int:
 
         import structlog
 
+        from proctor._logging import stderr_logger
         from proctor.runtime._hosting.hooks.command import hook_main
 
         # Standard output is the agent's: logs go to standard error, warnings only.
         structlog.configure(
             wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-            logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+            logger_factory=stderr_logger,
         )
 
         out, err, code = hook_main(agent, task, journal, text)  # type: ignore[arg-type]

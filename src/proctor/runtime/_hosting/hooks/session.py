@@ -259,8 +259,9 @@ async def _wired(
     from proctor.runtime._progress.judge import Judge
 
     task, journal = session.task, session.journal
+    registry = ToolRegistry.builtin()
     judge = Judge(
-        task=task.facts(),
+        task=task.facts(registry.specs()),
         policy=task.policy,
         digest=session.digest,
         contract_version=task.contract_version,
@@ -286,7 +287,7 @@ async def _wired(
         epoch=session.epoch,
         journal=journal,
         judge=judge,
-        registry=ToolRegistry.builtin(),
+        registry=registry,
         context=ToolContext(workspace=Workspace.at(task.workspace)),
         hasher=session.hasher,
         inbox=inbox_rx,
