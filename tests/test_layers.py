@@ -133,7 +133,10 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "report",
         ),
     ),
-    "cli": (("proctor.cli", "proctor.__main__"), ("public",)),
+    "cli": (("proctor.cli",), ("public",)),
+    # The `proctor` command: `proctor hook` goes straight to the hooks (a hook
+    # runs on every tool call of a hosted agent), every other command to the CLI.
+    "entry": (("proctor._entry", "proctor.__main__"), ("base", "hosting", "cli")),
 }
 
 #: The public faces: the CLI may import these and nothing else of proctor's.
@@ -288,6 +291,7 @@ def test_the_cli_imports_only_public_names() -> None:
         if target.startswith("proctor") and target not in PUBLIC
     ]
     assert not wrong, "the CLI imports private modules:\n" + "\n".join(wrong)
+    # `python -m proctor` is the `proctor` command.
     assert {t for t, _ in _imports("proctor.__main__") if t.startswith("proctor")} == {
-        "proctor.cli"
+        "proctor._entry"
     }

@@ -1,5 +1,5 @@
 """``python -m proctor``: the same as the ``proctor`` command."""
 
-from proctor.cli import main
+from proctor._entry import main
 
 main()

@@ -41,6 +41,7 @@ __all__ = (
     "Task",
     "TaskFile",
     "live_policy",
+    "load_hosted_task",
     "load_task",
     "parse_task",
     "prepare_workspace",
@@ -1050,3 +1051,41 @@ def load_task(path: str | Path) -> TaskFile:
             f"{path}:{line}: byte 0x{raw[exc.start]:02x} is not UTF-8: a task file is UTF-8 text"
         ) from None
     return parse_task(text, path)
+
+
+def load_hosted_task(path: str | Path, workspace: str | Path | None = None) -> Task:
+    """
+    Load a task file for an actor proctor does not start (an MCP client of the
+    gateway, an agent whose hooks call proctor): its ``[actor]`` table, if any,
+    is not used, and none is needed.
+
+    Args:
+        path: the task file.
+        workspace: the workspace to use when the file names none (an agent's
+            working directory); None: the file's directory, as for any task file.
+
+    Raises:
+        ConfigError: it cannot be read or a field is wrong; the message names the
+            file, the line or field, and what would be accepted.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the task file: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        data = {"actor": {}}  # parse_task says what is wrong with it
+    if "actor" not in data:
+        # A stand-in the task file's parser accepts, appended after every line of
+        # the file so error messages keep their line numbers. It is never started.
+        text += '\n[actor]\nkind = "process"\ncommand = ["hosted-agent"]\n'
+    task = parse_task(text, path).task
+    named = isinstance(data.get("task"), dict) and "workspace" in data["task"]
+    if workspace is None or named:
+        return task
+    chosen = Path(workspace)
+    if not chosen.is_dir():
+        raise ConfigError(f"{path}: the workspace {chosen} is not a directory")
+    return attrs.evolve(task, workspace=chosen)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
-import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -64,7 +63,7 @@ from proctor.runtime._records import (
     ToolStatus,
     TraceRecord,
 )
-from proctor.runtime._task import Task, parse_task
+from proctor.runtime._task import Task, load_hosted_task
 from proctor.runtime._tools.registry import ToolRegistry
 from proctor.runtime._tools.spec import Effect
 
@@ -801,17 +800,4 @@ def load_gateway_task(path: str | Path) -> Task:
         ConfigError: it cannot be read or a field is wrong; the message names the
             file, the line or field, and what would be accepted.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the task file: {exc.strerror}") from exc
-    try:
-        has_actor = "actor" in tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        has_actor = True  # parse_task says what is wrong with it
-    if not has_actor:
-        # A stand-in the task file's parser accepts, appended after every line of
-        # the file so error messages keep their line numbers. It is never started.
-        text += '\n[actor]\nkind = "process"\ncommand = ["mcp-client"]\n'
-    return parse_task(text, path).task
+    return load_hosted_task(path)

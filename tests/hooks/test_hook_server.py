@@ -1,0 +1,176 @@
+"""
+``proctor hook`` as a process, answered in-process or by ``proctor hooks serve``
+over its Unix socket: the same answers, and a server that fails refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proctor.runtime._hosting.hooks.client import ServerLost, ask, socket_path
+from proctor.runtime._hosting.hooks.server import serve_hooks
+
+PAYLOADS = Path(__file__).parent / "payloads"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    work = tmp_path / "project"
+    (work / "tests").mkdir(parents=True)
+    (work / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "task.toml").write_text(
+        '[task]\ngoal = "g"\n\n[[checks]]\nname = "t"\nrun = ["true"]\n\n'
+        '[contract]\nprotected = ["tests/**"]\n'
+    )
+    return work
+
+
+def _payload(name: str, work: Path, session: str = "s1", **extra: object) -> str:
+    data = json.loads((PAYLOADS / "claude" / f"{name}.json").read_text())
+    data |= {"cwd": str(work), "session_id": session, "transcript_path": None} | extra
+    return json.dumps(data)
+
+
+def _hook(
+    tmp_path: Path, text: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    args = [
+        sys.executable,
+        "-m",
+        "proctor",
+        "hook",
+        "claude",
+        "--task",
+        str(tmp_path / "task.toml"),
+    ]
+    args += ["--journal", str(tmp_path / "j.db")]
+    return subprocess.run(
+        args, input=text, capture_output=True, text=True, timeout=120, env=env or dict(os.environ)
+    )
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Path]:
+    stop, ready = threading.Event(), threading.Event()
+    where: list[Path] = []
+
+    def up(path: Path) -> None:
+        where.append(path)
+        ready.set()
+
+    thread = threading.Thread(
+        target=serve_hooks, args=(str(tmp_path / "j.db"),), kwargs={"ready": up, "stop": stop}
+    )
+    thread.start()
+    try:
+        assert ready.wait(60)
+        yield where[0]
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not where[0].exists()
+
+
+def test_a_protected_write_is_denied_by_a_cold_process(tmp_path: Path, project: Path) -> None:
+    tool = {"file_path": str(project / "tests" / "test_x.py"), "content": "x"}
+    done = _hook(tmp_path, _payload("PreToolUse", project, tool_name="Write", tool_input=tool))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)["hookSpecificOutput"]
+    assert answer["permissionDecision"] == "deny"
+    assert "tests/test_x.py is protected" in answer["permissionDecisionReason"]
+    # Nothing but the answer on standard output: the agent parses it.
+    assert done.stdout.count("\n") == 1
+
+
+def test_the_server_answers_as_a_process_does(tmp_path: Path, project: Path, server: Path) -> None:
+    assert server == socket_path(str(tmp_path / "j.db"))
+    assert oct(server.parent.stat().st_mode & 0o777) == "0o700"
+    tool = {"file_path": str(project / "tests" / "test_x.py"), "content": "x"}
+    denied = _hook(tmp_path, _payload("PreToolUse", project, tool_name="Write", tool_input=tool))
+    allowed = _hook(tmp_path, _payload("PreToolUse", project))
+    assert "tests/test_x.py is protected" in denied.stdout
+    assert json.loads(allowed.stdout)["hookSpecificOutput"]["permissionDecision"] == "allow"
+    bad = _hook(tmp_path, "{not json")
+    assert bad.returncode == 2
+    assert "not understood" in bad.stderr
+
+
+def test_a_request_for_another_journal_is_refused(tmp_path: Path, server: Path) -> None:
+    answer = ask(server, {"agent": "claude", "task": "t", "journal": "/elsewhere.db", "text": ""})
+    assert answer is not None
+    assert answer["code"] == 2
+    assert "answers for the journal" in answer["err"]
+
+
+def test_a_dead_servers_socket_falls_back_to_the_process(tmp_path: Path, project: Path) -> None:
+    where = socket_path(str(tmp_path / "j.db"))
+    where.parent.mkdir(parents=True)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(where))
+    dead.close()  # bound, never listening: connections are refused
+    done = _hook(tmp_path, _payload("PreToolUse", project))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hookSpecificOutput"]["permissionDecision"] == "allow"
+
+
+def test_a_server_that_takes_the_call_and_dies_refuses_it(tmp_path: Path, project: Path) -> None:
+    where = tmp_path / "lost.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(where))
+    listener.listen(1)
+
+    def take_and_drop() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.close()
+
+    thread = threading.Thread(target=take_and_drop)
+    thread.start()
+    try:
+        with pytest.raises(ServerLost):
+            ask(where, {"agent": "claude"})
+        thread.join(10)
+        thread = threading.Thread(target=take_and_drop)
+        thread.start()
+        env = dict(os.environ) | {"PROCTOR_HOOK_SOCKET": str(where)}
+        done = _hook(tmp_path, _payload("PreToolUse", project), env)
+        # It may have acted on the call: fail closed rather than decide it again.
+        assert done.returncode == 2
+        assert "gave no answer" in done.stderr
+    finally:
+        thread.join(10)
+        listener.close()
+
+
+def test_a_task_file_changed_during_the_session_is_refused(tmp_path: Path, project: Path) -> None:
+    first = _hook(tmp_path, _payload("SessionStart", project))
+    assert first.returncode == 0, first.stderr
+    task = tmp_path / "task.toml"
+    task.write_text(task.read_text().replace('run = ["true"]', 'run = ["false"]'))
+    done = _hook(tmp_path, _payload("PreToolUse", project))
+    assert (done.stdout, done.returncode) == ("", 2)
+    assert "the task file changed since claude session s1 began" in done.stderr
+
+
+def test_the_task_file_in_the_workspace_is_protected(tmp_path: Path, project: Path) -> None:
+    (project / "task.toml").write_text((tmp_path / "task.toml").read_text())
+    tool = {"file_path": str(project / "task.toml"), "content": "[task]\\ngoal = 'x'\\n"}
+    args = [sys.executable, "-m", "proctor", "hook", "claude", "--task", str(project / "task.toml")]
+    done = subprocess.run(
+        [*args, "--journal", str(tmp_path / "j.db")],
+        input=_payload("PreToolUse", project, tool_name="Write", tool_input=tool),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "task.toml is protected" in done.stdout
