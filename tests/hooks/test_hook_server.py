@@ -174,3 +174,28 @@ def test_the_task_file_in_the_workspace_is_protected(tmp_path: Path, project: Pa
     )
     assert done.returncode == 0, done.stderr
     assert "task.toml is protected" in done.stdout
+
+
+def test_a_journal_inside_the_workspace_is_refused(tmp_path: Path, project: Path) -> None:
+    # The agent runs its own commands: one of them could rewrite the record that
+    # decides it (`rm proctor.db`, a write into it). The session does not open.
+    args = [
+        sys.executable,
+        "-m",
+        "proctor",
+        "hook",
+        "claude",
+        "--task",
+        str(tmp_path / "task.toml"),
+    ]
+    done = subprocess.run(
+        [*args, "--journal", str(project / "proctor.db")],
+        input=_payload("SessionStart", project),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.stdout, done.returncode) == ("", 2)
+    assert f"the journal {project / 'proctor.db'} lies inside the workspace" in done.stderr
+    assert "--journal outside the workspace" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1338,9 +1338,11 @@ class Controller:
             status = "passed" if evidence.passed else "FAILED"
             detail = ""
             if not evidence.passed:
+                # The failing tests by name, and what they printed: the agent needs
+                # the assertion to fix it.
                 tests = ", ".join(evidence.failing_tests)
-                detail = (
-                    f" (failing: {tests})" if tests else f"\n{_excerpt(evidence.excerpt, 1500)}"
+                detail = (f" (failing: {tests})" if tests else "") + (
+                    f"\n{_excerpt(evidence.excerpt, 1500)}"
                 )
             lines.append(f"check {evidence.check} {status} on {result.digest[:12]}{detail}")
         if self.judge.terminal:

@@ -77,11 +77,15 @@ from proctor.verifiers._verifier import VerifyRequest, run_verifier, verify_snap
 __all__ = (
     "HEARTBEAT_SECONDS",
     "Stopper",
+    "baseline_context",
+    "capture_baseline",
     "command_sandbox",
     "holder_alive",
     "holder_token",
     "own_paths",
+    "require_sandbox",
     "run",
+    "run_sandbox",
     "start_run",
 )
 
@@ -369,17 +373,79 @@ async def _baseline_evidence(
     return found
 
 
-async def _inherited_baseline(
-    journal: JournalLike, task_id: str
-) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
-    """The baseline's files and per-test results, from the task's first run."""
+async def capture_baseline(
+    task: Task,
+    journal: JournalLike,
+    run_id: str,
+    task_id: str,
+    sandbox: SandboxSpec,
+    hasher: TreeHasher,
+    digest: str,
+) -> dict[str, Any]:
+    """
+    Capture what a task's first run starts from and journal it as the run's start
+    note: the tree's digest and files, the protected and harness files the checks
+    restore, and each per-test check's results on the untouched workspace (their
+    evidence is journaled too). Returns the note's body.
+    """
+    baseline = await anyio.to_thread.run_sync(hasher.files)
+    files = await anyio.to_thread.run_sync(
+        collect_files, task.workspace, (*task.protected, *task.harness()), task.ignore
+    )
+    tests = await _baseline_evidence(task, journal, run_id, task_id, sandbox, files, baseline)
+    body = {
+        "digest": digest,
+        "baseline": baseline,
+        "baseline_files": files,
+        "baseline_tests": tests,
+    }
+    await journal.add_note(run_id, NoteKind.START, body)
+    return body
+
+
+def baseline_context(task: Task, sandbox: SandboxSpec, start: Mapping[str, Any]) -> CheckContext:
+    """The checks' context for a task whose first run's start note is ``start``."""
+    return CheckContext(
+        harness=task.harness(),
+        sandbox=sandbox,
+        baseline_tests=dict(start.get("baseline_tests", {})),
+        baseline_files=dict(start.get("baseline_files", {})),
+    )
+
+
+async def _inherited_start(journal: JournalLike, task_id: str) -> dict[str, Any]:
+    """The start note of the task's first run (what its checks' baseline was)."""
     runs = sorted(await journal.runs_of_task(task_id), key=lambda r: r.started_at)
     for row in runs:
         start = await journal.latest_note(row.run_id, NoteKind.START)
         if start is not None:
-            body = start["body"]
-            return dict(body.get("baseline_files", {})), dict(body.get("baseline_tests", {}))
-    return {}, {}
+            return dict(start["body"])
+    return {}
+
+
+def run_sandbox(
+    task: Task, journal: JournalLike, actor_spec: Mapping[str, Any] | None
+) -> SandboxSpec:
+    """
+    Return the sandbox a run's commands and checks run in, with proctor's own files
+    (the journal, the task file, the actor's script, proctor's code) covered.
+    """
+    own = own_paths(task, journal, actor_spec)
+    return command_sandbox(task, (*own.values(), _proctor_package()))
+
+
+async def require_sandbox(task: Task) -> None:
+    """
+    Refuse a task whose ``[sandbox] mode`` is ``auto`` on a machine that cannot
+    sandbox.
+
+    Raises:
+        SandboxUnavailableError: it says why, and how to fix it.
+    """
+    if task.sandbox.mode == "auto":
+        reason = await anyio.to_thread.run_sync(sandbox_available)
+        if reason is not None:
+            raise SandboxUnavailableError(f"the task's [sandbox] mode is 'auto', but {reason}")
 
 
 async def _fence_breach(
@@ -654,13 +720,8 @@ async def _run(
         # A model with no known or declared price fails here, before anything is
         # journaled: no run is left `running` with no step.
         estimate(Observation(step=0, kind=ObservationKind.START)).amounts(task.prices)
-    own = own_paths(task, journal, actor_spec)
-    _refuse_inside(task, own)
-    if task.sandbox.mode == "auto":
-        reason = await anyio.to_thread.run_sync(sandbox_available)
-        if reason is not None:
-            raise SandboxUnavailableError(f"the task's [sandbox] mode is 'auto', but {reason}")
-    hide = (*own.values(), _proctor_package())
+    _refuse_inside(task, own_paths(task, journal, actor_spec))
+    await require_sandbox(task)
     resuming_task = task_id if inherits else None
     _HOSTED.add(run_id)
     await _hold_workspace(journal, task, run_id, resuming_task=resuming_task)
@@ -722,7 +783,7 @@ async def _run(
         groups=groups,
         # Marks every launcher, so a successor can find what a dead host left running.
         env={"PROCTOR_RUN": run_id, "PROCTOR_TASK": task_id},
-        sandbox=command_sandbox(task, hide),
+        sandbox=run_sandbox(task, journal, actor_spec),
         protected=task.protected,
         limits=task.limits,
     )
@@ -744,32 +805,19 @@ async def _run(
         await _close_interrupted(journal, task_id, run_id)
     sandbox = context.sandbox
     assert sandbox is not None
-    harness = task.harness()
     if not inherits:
-        baseline = hasher.files()
-        files = await anyio.to_thread.run_sync(
-            collect_files, task.workspace, (*task.protected, *harness), task.ignore
-        )
-        tests = await _baseline_evidence(task, journal, run_id, task_id, sandbox, files, baseline)
-        await journal.add_note(
-            run_id,
-            NoteKind.START,
-            {
-                "digest": judge.digest,
-                "baseline": baseline,
-                "baseline_files": files,
-                "baseline_tests": tests,
-            },
+        start = await capture_baseline(
+            task, journal, run_id, task_id, sandbox, hasher, judge.digest
         )
     else:
         history = await load_history(journal, task_id, None if takeover else run_id, judge)
         baseline, greeting = history.baseline, history.summary
         effects = await load_effects(journal, task_id)
         step_base = history.steps
-        files, tests = await _inherited_baseline(journal, task_id)
-    check_context = CheckContext(
-        harness=harness, sandbox=sandbox, baseline_tests=tests, baseline_files=files
-    )
+        start = await _inherited_start(journal, task_id)
+    if not inherits:
+        baseline = dict(start["baseline"])
+    check_context = baseline_context(task, sandbox, start)
     if actor_spec is not None:
         await journal.add_note(run_id, NoteKind.ACTOR, dict(actor_spec))
 

@@ -67,9 +67,9 @@ _TERM_GRACE = 0.5
 # Time to read what is left in the pipe once the command's group is gone.
 _DRAIN_GRACE = 1.0
 # Bound of the shielded cleanup that runs when the caller is cancelled.
-_CLEANUP_LIMIT = 5.0
+_CLEANUP_LIMIT = 10.0
 # Time processes get to vanish after SIGKILL (it cannot be caught, but dying takes a moment).
-_KILL_WAIT = 1.0
+_KILL_WAIT = 3.0
 # How often to look whether a signalled group has gone away.
 _POLL_INTERVAL = 0.01
 

@@ -38,6 +38,12 @@ from proctor.budgets._accountant import AccountantRequest, run_accountant
 from proctor.budgets._budget import Exhaustion, Ledger
 from proctor.runtime._control.controller import Controller, Inbound, _call_amounts
 from proctor.runtime._control.history import save_snapshot
+from proctor.runtime._control.run import (
+    baseline_context,
+    capture_baseline,
+    require_sandbox,
+    run_sandbox,
+)
 from proctor.runtime._control.trace import _action_event
 from proctor.runtime._hosting.hooks.agents import Answer, HookEvent
 from proctor.runtime._hosting.hooks.client import hooks_dir
@@ -130,10 +136,29 @@ class _Session:
     epoch: int
     steps: int
     judge_snapshot: dict[str, Any] | None
-    baseline: dict[str, str]
+    #: The run's start note: the baseline tree, and what the checks restore and
+    #: compare against (see :func:`capture_baseline`).
+    start: dict[str, Any]
     state: dict[str, Any]
     hasher: TreeHasher
     digest: str
+
+
+def _refuse_journal_inside(task: Task, journal: JournalLike) -> None:
+    """
+    Refuse a session whose journal file lies inside the workspace: the agent runs
+    its own commands, and one of them could rewrite the record that decides it.
+    """
+    where = journal.path
+    if not where or "://" in where:
+        return
+    path, root = Path(where).resolve(), Path(task.workspace).resolve()
+    if path == root or root in path.parents:
+        raise ConfigError(
+            f"the journal {path} lies inside the workspace {root}: the agent's commands"
+            " could read or rewrite it; give `proctor hooks install` (and `proctor hook`)"
+            " a --journal outside the workspace"
+        )
 
 
 def _task_digest(task: Task) -> str:
@@ -148,6 +173,8 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
     except RunNotFoundError:
         row = None
     if row is None or row.run_id != run_id:
+        _refuse_journal_inside(task, journal)
+        await require_sandbox(task)
         hasher = TreeHasher(task.workspace, task.ignore)
         digest = await anyio.to_thread.run_sync(hasher.digest)
         task_id = task.task_id or uuid.uuid5(_NAMESPACE, f"task:{run_id}").hex
@@ -159,8 +186,9 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
             policy_version=task.policy.version,
             host=os.uname().nodename,
         )
-        baseline = await anyio.to_thread.run_sync(hasher.files)
-        await journal.add_note(run_id, "start", {"digest": digest, "baseline": baseline})
+        start = await capture_baseline(
+            task, journal, run_id, task_id, run_sandbox(task, journal, None), hasher, digest
+        )
         state: dict[str, Any] = {
             "agent": event.agent,
             "session_id": event.session_id,
@@ -176,12 +204,12 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
         }
         await journal.add_note(run_id, "hook", state)
         return _Session(
-            task, journal, run_id, task_id, epoch, 0, None, baseline, state, hasher, digest
+            task, journal, run_id, task_id, epoch, 0, None, start, state, hasher, digest
         )
     snapshot = await journal.snapshot(run_id)
-    start = await journal.latest_note(run_id, "start")
+    start_note = await journal.latest_note(run_id, "start")
     hook = await journal.latest_note(run_id, "hook")
-    if snapshot is None or start is None or hook is None:
+    if snapshot is None or start_note is None or hook is None:
         raise RunNotFoundError(
             f"run {run_id} of {event.agent} session {event.session_id} has no hook state in "
             f"{journal.path}: it was not opened by proctor hook"
@@ -205,7 +233,7 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
         row.epoch,
         row.steps,
         snapshot["snapshot"],
-        dict(start["body"].get("baseline") or {}),
+        dict(start_note["body"]),
         state,
         hasher,
         digest,
@@ -290,13 +318,16 @@ async def _wired(
         judge=judge,
         registry=registry,
         context=ToolContext(workspace=Workspace.at(task.workspace)),
+        # The checks run as a live run's do: sandboxed, on the candidate with the
+        # protected and harness files of the baseline restored.
+        check_context=baseline_context(task, run_sandbox(task, journal, None), session.start),
         hasher=session.hasher,
         inbox=inbox_rx,
         to_actor=obs_tx,
         to_verifier=ver_tx,
         to_accountant=acc_tx,
         actor_scope=anyio.CancelScope(),
-        baseline=session.baseline,
+        baseline=dict(session.start.get("baseline") or {}),
         trace_id=session.run_id,
     )
     controller.step = session.steps
