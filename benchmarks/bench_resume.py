@@ -51,7 +51,7 @@ from proctor.runtime import Journal, TraceRecord
 from proctor.runtime._control.history import SNAPSHOT_EVERY, save_snapshot, snapshot_due
 from proctor.runtime._effects.ledger import args_hash, idempotency_key
 from proctor.runtime._progress.judge import Act, Judge, normalized_action
-from proctor.runtime._records import ToolResult, ToolStatus
+from proctor.runtime._records import NoteKind, ToolResult, ToolStatus
 from proctor.verifiers._candidate import TreeHasher
 
 __all__ = (
@@ -174,11 +174,16 @@ async def build_history(root: Path, steps: int) -> History:
             host="bench",
         )
         hasher = TreeHasher(workspace, task.ignore)
+        # The facts a live run of this task holds: its registry's tool declarations
+        # included, or the resume refuses the snapshots and replays every step.
         judge = Judge(
-            task.facts(), task.policy, hasher.digest(), contract_version=task.contract_version
+            task.facts(noop_registry().specs()),
+            task.policy,
+            hasher.digest(),
+            contract_version=task.contract_version,
         )
         await journal.add_note(
-            run_id, "start", {"digest": hasher.digest(), "baseline": hasher.files()}
+            run_id, NoteKind.START, {"digest": hasher.digest(), "baseline": hasher.files()}
         )
         batch: list[dict[str, Any]] = []
         snapshot_step = 0
@@ -211,7 +216,7 @@ async def build_history(root: Path, steps: int) -> History:
                     "before": None,
                     "intended": None,
                 }
-                await journal.add_note(run_id, "effect", body)
+                await journal.add_note(run_id, NoteKind.EFFECT, body)
                 await journal.record_dispatch(
                     run_id=run_id,
                     epoch=epoch,
