@@ -163,7 +163,7 @@ class ResumingActor:
     """
 
     proposals: list[Proposal]
-    journal: Path
+    journal: str
     task_id: str
     _script: ScriptedActor | None = None
 
@@ -197,7 +197,7 @@ def _registry() -> ToolRegistry:
 
 
 async def _main(
-    journal: Path, workspace: Path, service: str, task_id: str, hold: bool
+    journal: str, workspace: Path, service: str, task_id: str, hold: bool
 ) -> dict[str, object]:
     task = task_for(workspace, task_id, hold)
     whole = script(service, task_id, hold)
@@ -218,7 +218,7 @@ async def _main(
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the scenario once (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
-    parser.add_argument("--journal", type=Path, required=True)
+    parser.add_argument("--journal", required=True, help="a SQLite file or a postgresql:// URL")
     parser.add_argument("--workspace", type=Path, required=True)
     parser.add_argument("--service", required=True)
     parser.add_argument("--task-id", default="crash-scenario")
