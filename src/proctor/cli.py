@@ -858,8 +858,20 @@ def amend_command(
 
 
 @main.command("gateway")
-@click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("task_file", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @_JOURNAL
+@click.option(
+    "--resume",
+    "resume_run",
+    metavar="RUN",
+    help="Resume RUN (its history and spend) with the MCP client as the actor; TASK_FILE"
+    " may then be left out (the journal holds the task).",
+)
+@click.option(
+    "--answer",
+    metavar="TEXT",
+    help="With --resume: the answer to the question RUN ended on (needs_input).",
+)
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -886,8 +898,10 @@ def amend_command(
 )
 @_HEARTBEAT
 def gateway_command(
-    task_file: Path,
+    task_file: Path | None,
     journal: str,
+    resume_run: str | None,
+    answer: str | None,
     transport: str,
     host: str,
     port: int,
@@ -897,17 +911,36 @@ def gateway_command(
     """
     Serve the task in TASK_FILE over MCP: the MCP client is the run's actor.
 
-    SIGINT or SIGTERM ends the run `stopped` (exit 15) and stops serving; a
-    second SIGINT exits at once.
+    With --resume RUN, the run resumes RUN instead (with --answer, answering the
+    question it ended on). SIGINT or SIGTERM ends the run `stopped` (exit 15) and
+    stops serving; a second SIGINT exits at once.
     """
     # Imported here: the MCP stack takes a second to import, and only this command needs it.
-    from proctor.runtime import load_gateway_task, serve_gateway
+    from proctor.runtime import load_gateway_task, serve_gateway, task_of_run
 
-    try:
-        task = load_gateway_task(task_file)
-    except ConfigError as exc:
-        _fail(str(exc))
+    if task_file is None and resume_run is None:
+        _fail("gateway: give a TASK_FILE to serve, or --resume RUN to serve a run's task again")
         return
+    if answer is not None and resume_run is None:
+        _fail("gateway: --answer goes with --resume RUN (the run whose question it answers)")
+        return
+    if answer is not None and not answer.strip():
+        _fail("gateway: the answer is empty; say what the run needs to know")
+        return
+    if task_file is not None:
+        try:
+            task = load_gateway_task(task_file)
+        except ConfigError as exc:
+            _fail(str(exc))
+            return
+    else:
+        assert resume_run is not None
+        run_of = resume_run
+
+        async def journaled() -> Any:
+            return await task_of_run(run_of, journal)
+
+        task = _guard(journaled)
     _find_python_first()
     # Standard output is the MCP wire over stdio: everything else goes to stderr.
     console = Console(stderr=True, highlight=False)
@@ -923,6 +956,8 @@ def gateway_command(
             ready=click.echo,
             handle_signals=True,
             heartbeat_seconds=heartbeat,
+            resume_run=resume_run,
+            answer=answer,
         )
 
     _report(go, console, None, False)

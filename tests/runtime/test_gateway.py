@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 import signal
 import subprocess
@@ -418,3 +419,95 @@ async def test_the_gateway_refuses_what_it_cannot_serve_safely(
     with pytest.raises(ConfigError, match=message):
         await serve(tmp_path / "j.db", **kwargs)
     assert not (tmp_path / "j.db").exists()
+
+
+GATEWAY_TASK = """
+[task]
+goal = "Make the test suite pass without changing tests/"
+workspace = "{root}"
+
+[[checks]]
+name = "tests"
+run = [{py}, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+
+[contract]
+protected = ["tests/**"]
+"""
+
+
+def _gateway(tmp_path: Path, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=PY, args=["-m", "proctor", "gateway", *args], cwd=str(tmp_path)
+    )
+
+
+async def test_a_needs_input_run_resumes_through_the_gateway_with_its_answer(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path / "p")
+    journal = str(tmp_path / "j.db")
+    task_file = tmp_path / "task.toml"
+    task_file.write_text(GATEWAY_TASK.format(root=root, py=json.dumps(PY)))
+    question = {
+        "status": "needs_input",
+        "condition": "may calc.py change its public signature?",
+        "evidence": ["tests/test_calc.py calls add(a, b)"],
+        "reason": "only the maintainer can say",
+    }
+    with anyio.fail_after(120), (tmp_path / "first.log").open("w") as log:
+        params = _gateway(tmp_path, str(task_file), "--journal", journal)
+        async with Client(stdio_client(params, errlog=log)) as client:
+            looked = await client.call_tool("list_files", {"path": "."})
+            assert not looked.is_error, _text(looked)
+            asked = await client.call_tool("escalate", question)
+            assert "the run has ended: needs_input" in _text(asked)
+    async with open_journal(journal) as j:
+        (first,) = await j.list_runs()
+        spent_before = await j.spend_totals(first.task_id)
+    assert first.disposition == "needs_input"
+    # No task file: the journal holds the task. The answer opens the first result.
+    with anyio.fail_after(120), (tmp_path / "second.log").open("w") as log:
+        params = _gateway(
+            tmp_path, "--journal", journal, "--resume", first.run_id, "--answer", "yes, it may"
+        )
+        async with Client(stdio_client(params, errlog=log)) as client:
+            edit = await client.call_tool(
+                "edit_file", {"path": "calc.py", "old": "a - b", "new": "a + b"}
+            )
+            assert not edit.is_error, _text(edit)
+            assert "yes, it may" in _text(edit)
+            submitted = await client.call_tool("submit", {})
+            assert "the run has ended: completed" in _text(submitted), _text(submitted)
+    async with open_journal(journal) as j:
+        runs = {r.run_id: r for r in await j.list_runs()}
+        spent_after = await j.spend_totals(first.task_id)
+    (second,) = [r for r in runs.values() if r.run_id != first.run_id]
+    assert second.parent_run_id == first.run_id
+    assert second.task_id == first.task_id
+    assert second.disposition == "completed"
+    # The task's spend carries on from the first run's.
+    assert spent_after["steps"] > spent_before["steps"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((), "give a TASK_FILE to serve, or --resume RUN"),
+        (("task.toml", "--answer", "x"), "--answer goes with --resume RUN"),
+        (("--resume", "abcdef123456"), "journal"),
+    ],
+)
+def test_the_gateway_command_refuses_what_it_cannot_resume(
+    tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
+    done = subprocess.run(
+        [PY, "-m", "proctor", "gateway", "--journal", str(tmp_path / "none.db"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "none.db").exists()

@@ -51,6 +51,7 @@ if _TYPE_CHECKING:
     from proctor.runtime._hosting.hooks.install import uninstall as uninstall_hooks
     from proctor.runtime._hosting.hooks.server import serve_hooks as serve_hooks
     from proctor.runtime._hosting.resume import resume as resume
+    from proctor.runtime._hosting.resume import task_of_run as task_of_run
     from proctor.runtime._hosting.worker import WorkerStats as WorkerStats
     from proctor.runtime._hosting.worker import submit as submit
     from proctor.runtime._hosting.worker import work as work
@@ -174,6 +175,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "load_gateway_task": ("proctor.runtime._hosting.gateway", "load_gateway_task"),
     "serve_gateway": ("proctor.runtime._hosting.gateway", "serve_gateway"),
     "resume": ("proctor.runtime._hosting.resume", "resume"),
+    "task_of_run": ("proctor.runtime._hosting.resume", "task_of_run"),
     "WorkerStats": ("proctor.runtime._hosting.worker", "WorkerStats"),
     "submit": ("proctor.runtime._hosting.worker", "submit"),
     "work": ("proctor.runtime._hosting.worker", "work"),
@@ -375,6 +377,7 @@ __all__ = (
     "render_report",
     "replay",
     "resume",
+    "task_of_run",
     "retry_with_backoff",
     "retune",
     "run",

@@ -49,6 +49,7 @@ from proctor._errors import ConfigError
 from proctor.runtime._actors.openai import tool_result_text
 from proctor.runtime._control.controller import StepCallback
 from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, run
+from proctor.runtime._hosting.resume import resume
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._records import (
     Claim,
@@ -666,9 +667,16 @@ async def serve_gateway(
     on_step: StepCallback | None = None,
     stopper: Stopper | None = None,
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    resume_run: str | None = None,
+    answer: str | None = None,
 ) -> RunResult:
     """
     Run ``task`` with an MCP client as its actor, served over ``transport``.
+
+    With ``resume_run``, the run is a resume of that run (see :func:`resume`):
+    it inherits the task's history and spend, and the client's first result
+    opens with the summary of that history (and ``answer``, the person's answer
+    to the question a ``needs_input`` run ended on).
 
     The run and the server share one task group. When the run ends the server
     keeps answering, every call with the fence's error, until the client
@@ -695,6 +703,10 @@ async def serve_gateway(
         on_step: called with each trace record after it is journaled.
         stopper: stops the run from this process (see :class:`Stopper`).
         heartbeat_seconds: how often the host says it is alive.
+        resume_run: the run to resume (a unique prefix of 6+ characters); ``task``
+            is then that run's task, as :func:`task_of_run` returns it unless the
+            caller has it (checks that live in code).
+        answer: with ``resume_run``, a person's answer to the question it ended on.
 
     Returns:
         The run's outcome.
@@ -704,6 +716,8 @@ async def serve_gateway(
     """
     if transport not in ("stdio", "http"):
         raise ConfigError(f"transport must be 'stdio' or 'http', got {transport!r}")
+    if answer is not None and resume_run is None:
+        raise ConfigError("an answer goes to a run being resumed: give the run to resume too")
     registry = tools if tools is not None else task.registry()
     listening = _listen(host, port) if transport == "http" else None
     actor = GatewayActor()
@@ -730,8 +744,20 @@ async def serve_gateway(
 
         async def run_task() -> None:
             try:
-                outcome.append(
-                    await run(
+                if resume_run is not None:
+                    result = await resume(
+                        resume_run,
+                        actor,
+                        journal,
+                        task=task,
+                        tools=registry,
+                        on_step=steps,
+                        answer=answer,
+                        stopper=stopper,
+                        heartbeat_seconds=heartbeat_seconds,
+                    )
+                else:
+                    result = await run(
                         task,
                         actor,
                         journal,
@@ -740,7 +766,7 @@ async def serve_gateway(
                         stopper=stopper,
                         heartbeat_seconds=heartbeat_seconds,
                     )
-                )
+                outcome.append(result)
             except Exception as exc:
                 failure.append(exc)
                 tg.cancel_scope.cancel()

@@ -20,7 +20,7 @@ from proctor.runtime._records import Disposition
 from proctor.runtime._task import ActorSpec, Task
 from proctor.runtime._tools.registry import ToolRegistry
 
-__all__ = ("resume",)
+__all__ = ("resume", "task_of_run")
 
 
 async def _close_actorless(journal: JournalLike, run: RunRow) -> bool:
@@ -107,7 +107,7 @@ async def resume(
     """
     if answer is not None and not answer.strip():
         raise ConfigError("resume: the answer is empty; say what the run needs to know")
-    async with open_journal(journal) as j:
+    async with open_journal(journal, create=False) as j:
         parent = await j.get_run(run_id)
         if actor is None:
             note = await j.latest_note(parent.run_id, "actor")
@@ -121,10 +121,7 @@ async def resume(
             spec = ActorSpec.from_description(note["body"])
             actor_spec = spec.describe()
             actor = spec.make(already=await proposals_made(j, parent.task_id, actor_spec))
-        stored = await j.get_task(parent.task_id)
-        if task is None:
-            task = Task.from_description(stored["spec"], task_id=parent.task_id)
-        task = attrs.evolve(task, task_id=parent.task_id, policy=Policy.from_mapping(parent.policy))
+        task = await _task_of(j, parent, task)
         return await start_run(
             task,
             actor,
@@ -138,3 +135,28 @@ async def resume(
             heartbeat_seconds=heartbeat_seconds,
             on_call=on_call,
         )
+
+
+async def _task_of(journal: JournalLike, parent: RunRow, task: Task | None) -> Task:
+    """The task a resume of ``parent`` runs: ``task`` or the journaled one, under its policy."""
+    if task is None:
+        stored = await journal.get_task(parent.task_id)
+        task = Task.from_description(stored["spec"], task_id=parent.task_id)
+    return attrs.evolve(task, task_id=parent.task_id, policy=Policy.from_mapping(parent.policy))
+
+
+async def task_of_run(run_id: str, journal: str | os.PathLike[str] = "proctor.db") -> Task:
+    """
+    Return the task of run ``run_id`` as the journal holds it, under the run's
+    policy: what a resume of that run would run.
+
+    Args:
+        run_id: the run (a unique prefix of 6+ characters).
+        journal: the journal's path or URL.
+
+    Raises:
+        RunNotFoundError: no such run.
+        ConfigError: the task holds checks that live in code and cannot be rebuilt.
+    """
+    async with open_journal(journal, create=False) as j:
+        return await _task_of(j, await j.get_run(run_id), None)
