@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -241,8 +242,9 @@ async def test_sigterm_to_a_worker_stops_the_run_in_hand_and_the_worker(
 async def test_a_second_sigint_exits_at_once_and_the_next_open_closes_the_run(
     tmp_path: Path, hosts: Callable[..., Host]
 ) -> None:
-    # A check that takes long: the first SIGINT cannot end the run before the
-    # verifier answers, so the second one is what ends the process.
+    # The run cannot end after the first SIGINT while the test holds the
+    # journal's write lock (its ending step waits for it), so the second SIGINT
+    # is what ends the process. The check says when the run is under way.
     marker = tmp_path / "checking"
     # Off: the check signals through a file outside the workspace, which the
     # sandbox would not let it write.
@@ -254,11 +256,17 @@ async def test_a_second_sigint_exits_at_once_and_the_next_open_closes_the_run(
     journal = tmp_path / "j.db"
     host = hosts(tmp_path, "run", str(task), "--journal", str(journal))
     await _eventually(marker.exists)
-    host.proc.send_signal(signal.SIGINT)
-    # The host's own message (not a log line): it took the first SIGINT.
-    await _eventually(lambda: "stopping the run" in host.output())
-    host.proc.send_signal(signal.SIGINT)
-    assert host.wait() == 130
+    lock = sqlite3.connect(journal, timeout=GUARD, isolation_level=None)
+    try:
+        lock.execute("BEGIN EXCLUSIVE")
+        host.proc.send_signal(signal.SIGINT)
+        # The host's own message (not a log line): it took the first SIGINT.
+        await _eventually(lambda: "stopping the run" in host.output())
+        host.proc.send_signal(signal.SIGINT)
+        assert host.wait() == 130
+    finally:
+        lock.rollback()
+        lock.close()
     assert "exiting now" in host.output()
     (row,) = await _until(journal, lambda rows: rows)
     assert row.status == "running"
@@ -303,6 +311,54 @@ async def test_proctor_stop_from_another_process_interrupts_a_long_command(
     async with open_journal(journal) as j:
         notes = [n for n in await j.notes(row.run_id) if n["kind"] == "stop"]
     assert len(notes) == 1
+
+
+def _running(token: str) -> list[int]:
+    """The processes whose command line holds ``token``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if token.encode() in cmdline.split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
+async def test_proctor_stop_during_a_check_ends_the_check_and_the_run(
+    tmp_path: Path, hosts: Callable[..., Host]
+) -> None:
+    # The check says it started (outside the candidate: the sandbox is off), then
+    # runs for a minute. Stopping the run must not wait for it, nor let it pass.
+    marker, token = tmp_path / "check-started", f"{60 + (os.getpid() % 1000) / 1000:.3f}"
+    task = _write_task(
+        tmp_path,
+        [READ, COMPLETE],
+        extra=UNSANDBOXED,
+    )
+    task.write_text(
+        task.read_text().replace(
+            'run = ["true"]', f'run = ["sh", "-c", "echo > {marker}; exec sleep {token}"]'
+        )
+    )
+    journal = tmp_path / "j.db"
+    host = hosts(tmp_path, "run", str(task), "--journal", str(journal))
+    await _eventually(marker.exists)
+    (row,) = await _until(journal, lambda rows: rows)
+    stopped = _cli("stop", row.run_id, "--journal", str(journal), "--why", "enough", cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert host.wait() == 15
+    async with open_journal(journal) as j:
+        ended = await j.get_run(row.run_id)
+        evidence = await j.evidence(run_id=row.run_id)
+    assert ended.status == "stopped"
+    assert ended.stop_reason is not None
+    assert ended.stop_reason["code"] == "user_stop"
+    # Nothing of the abandoned check is bound as evidence; its command is gone.
+    assert [e for e in evidence if e["check"] == "ok"] == []
+    assert _running(token) == []
 
 
 async def test_an_answer_continues_a_waiting_run_that_then_completes(

@@ -126,6 +126,11 @@ _WAIT = click.option(
 )
 
 
+def _exit_now(signum: int, frame: object) -> None:
+    os.write(2, b"proctor: interrupted again: exiting now\n")
+    os._exit(130)
+
+
 async def _on_signals(stopper: Stopper) -> None:
     """
     The first SIGINT stops the run (user_stop), SIGTERM too (stop_signal); a
@@ -159,6 +164,10 @@ async def _stoppable(go: Callable[[Stopper], Awaitable[Any]]) -> Any:
                 return await go(stopper)
             finally:
                 tg.cancel_scope.cancel()
+                if stopper.stopped:
+                    # Past the signal receiver, a second Ctrl-C still exits at once
+                    # (not a KeyboardInterrupt in the middle of printing the handoff).
+                    signal.signal(signal.SIGINT, _exit_now)
     except BaseExceptionGroup as group:
         # The run's own error (a busy workspace, a broken journal), not wrapped.
         if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ProctorError):

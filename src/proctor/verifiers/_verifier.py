@@ -23,7 +23,14 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._harness import escaping_links, restore
 from proctor.verifiers._more_checks import Check, CheckContext, JudgeCheck, ScopeCheck
 
-__all__ = ("VerifyRequest", "VerifyResult", "run_verifier", "verify_snapshot")
+__all__ = (
+    "AbandonVerify",
+    "VerifierInbound",
+    "VerifyRequest",
+    "VerifyResult",
+    "run_verifier",
+    "verify_snapshot",
+)
 
 log = structlog.get_logger()
 
@@ -49,12 +56,32 @@ class VerifyRequest:
 
 
 @attrs.frozen
+class AbandonVerify:
+    """
+    Stop judging request ``ref``: the run is being stopped. Its checks' commands
+    are ended and the request is answered with an abandoned :class:`VerifyResult`.
+    """
+
+    ref: int
+
+
+#: What the controller sends the verifier.
+VerifierInbound = VerifyRequest | AbandonVerify
+
+
+@attrs.frozen
 class VerifyResult:
-    """The evidence for one request, bound to ``digest``, the snapshot's own digest."""
+    """
+    The evidence for one request, bound to ``digest``, the snapshot's own digest.
+
+    ``abandoned``: the request was abandoned before every check ran (no evidence
+    is bound then: ``digest`` is empty).
+    """
 
     ref: int
     digest: str
     evidence: tuple[Evidence, ...]
+    abandoned: bool = False
 
 
 def _remove(path: Path) -> None:
@@ -140,24 +167,57 @@ async def verify_snapshot(
 
 
 async def run_verifier(
-    requests: ObjectReceiveStream[VerifyRequest],
+    requests: ObjectReceiveStream[VerifierInbound],
     results: ObjectSendStream[VerifyResult],
 ) -> None:
-    """Serve verification requests until the controller closes its side."""
+    """
+    Serve verification requests until the controller closes its side.
+
+    While a request is judged the verifier keeps listening: an
+    :class:`AbandonVerify` for it cancels its checks (their commands' groups
+    end as a check's always do) and answers it abandoned.
+    """
     async with requests, results:
-        async for request in requests:
+        async for message in requests:
+            if isinstance(message, VerifyRequest):
+                await results.send(await _judge(message, requests))
+            # An abandon that arrives after its result was sent has nothing to stop.
+
+
+async def _judge(
+    request: VerifyRequest, requests: ObjectReceiveStream[VerifierInbound]
+) -> VerifyResult:
+    """Judge one request, unless the controller abandons it meanwhile."""
+    found: list[tuple[str, tuple[Evidence, ...]]] = []
+    async with anyio.create_task_group() as tg:
+
+        async def judge() -> None:
             try:
-                digest, evidence = await verify_snapshot(
-                    request.snapshot, request.contract_version, request.checks, request.context
+                found.append(
+                    await verify_snapshot(
+                        request.snapshot, request.contract_version, request.checks, request.context
+                    )
                 )
             finally:
                 with anyio.move_on_after(30, shield=True):
                     await anyio.to_thread.run_sync(_remove, request.snapshot)
                     if request.snapshot.parent.name.startswith("proctor-candidate-"):
                         await anyio.to_thread.run_sync(_remove, request.snapshot.parent)
-            log.info(
-                "verifier.judged",
-                digest=digest,
-                passed=all(e.passed for e in evidence if e.required),
-            )
-            await results.send(VerifyResult(request.ref, digest, evidence))
+            tg.cancel_scope.cancel()
+
+        async def listen() -> None:
+            # The controller sends nothing else while a request is out.
+            async for message in requests:
+                if isinstance(message, AbandonVerify) and message.ref == request.ref:
+                    log.info("verifier.abandoned", ref=request.ref)
+                    tg.cancel_scope.cancel()
+                    return
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(judge)
+        tg.start_soon(listen)
+    if not found:
+        return VerifyResult(request.ref, "", (), abandoned=True)
+    digest, evidence = found[0]
+    log.info("verifier.judged", digest=digest, passed=all(e.passed for e in evidence if e.required))
+    return VerifyResult(request.ref, digest, evidence)

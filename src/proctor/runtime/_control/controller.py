@@ -22,7 +22,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,7 +106,7 @@ from proctor.runtime._tools.spec import ToolSpec
 from proctor.verifiers._candidate import TreeHasher, freeze
 from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
-from proctor.verifiers._verifier import VerifyRequest, VerifyResult
+from proctor.verifiers._verifier import AbandonVerify, VerifierInbound, VerifyRequest, VerifyResult
 
 __all__ = ("CallCallback", "Controller", "StepCallback", "StopRequest", "Wake", "proposal_refusal")
 
@@ -308,7 +308,7 @@ class Controller:
     hasher: TreeHasher
     inbox: ObjectReceiveStream[Inbound]
     to_actor: MemoryObjectSendStream[Observation]
-    to_verifier: ObjectSendStream[VerifyRequest]
+    to_verifier: ObjectSendStream[VerifierInbound]
     to_accountant: ObjectSendStream[AccountantRequest]
     actor_scope: anyio.CancelScope
     on_step: StepCallback | None = None
@@ -363,9 +363,22 @@ class Controller:
             return self._stash.popleft()
         return await channels.receive(self.inbox)
 
-    async def _reply(self, ref: int, kinds: tuple[type, ...]) -> Any:
-        """Wait for the reply to request ``ref``; keep anything else for later."""
+    async def _reply(
+        self,
+        ref: int,
+        kinds: tuple[type, ...],
+        on_stop: Callable[[], Awaitable[None]] | None = None,
+    ) -> Any:
+        """
+        Wait for the reply to request ``ref``; keep anything else for later.
+
+        ``on_stop`` is awaited once, when the run is stopped while it waits (to
+        ask for a prompt reply: the verifier abandons the checks it runs).
+        """
         while True:
+            if on_stop is not None and self._stop is not None:
+                await on_stop()
+                on_stop = None
             message = await channels.receive(self.inbox)
             if isinstance(message, Deadline):
                 self._deadline = message
@@ -1305,7 +1318,17 @@ class Controller:
                 ),
             )
         )
-        result: VerifyResult = await self._reply(ref, (VerifyResult,))
+
+        async def abandon() -> None:
+            await self.to_verifier.send(AbandonVerify(ref))
+
+        # A stop while the checks run ends them: the run ends stopped, unjudged.
+        result: VerifyResult = await self._reply(ref, (VerifyResult,), on_stop=abandon)
+        if result.abandoned:
+            await self._observe(
+                ObservationKind.VERDICT, "verification abandoned: the run is being stopped"
+            )
+            return
         self._judged_here.add((result.digest, self.task.contract_version))
         # Whatever changed while the checks ran makes their evidence stale.
         self.judge.observe_candidate(await self._digest())
@@ -1359,7 +1382,8 @@ class Controller:
         """Verify the candidate with the controller's reserve; end otherwise if it fails."""
         if self.task.kind == "build" and self.task.checks:
             await self._verify(report=False)
-        if not self.judge.terminal:
+        # A stop during that verification ends the run stopped instead.
+        if not self.judge.terminal and self._stop is None:
             await self._record("ended", otherwise(), event=event)
 
     async def _exhausted(self, exhaustion: Exhaustion) -> None:

@@ -72,7 +72,7 @@ from proctor.verifiers._candidate import TreeHasher, changed_paths, freeze
 from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._harness import collect_files
 from proctor.verifiers._more_checks import CheckContext
-from proctor.verifiers._verifier import VerifyRequest, run_verifier, verify_snapshot
+from proctor.verifiers._verifier import VerifierInbound, run_verifier, verify_snapshot
 
 __all__ = (
     "HEARTBEAT_SECONDS",
@@ -823,7 +823,7 @@ async def _run(
 
     inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
     obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](1)
-    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
+    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifierInbound](1)
     acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
     actor_scope = anyio.CancelScope()
     controller = Controller(

@@ -62,7 +62,7 @@ from proctor.runtime._task import Task, load_hosted_task
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry
 from proctor.runtime._tools.workspace import Workspace
 from proctor.verifiers._candidate import TreeHasher, matches
-from proctor.verifiers._verifier import VerifyRequest, run_verifier
+from proctor.verifiers._verifier import VerifierInbound, run_verifier
 
 __all__ = (
     "HOOK_PROTECTED",
@@ -307,7 +307,7 @@ async def _wired(
 
     inbox_tx, inbox_rx = anyio.create_memory_object_stream[Inbound](16)
     obs_tx, obs_rx = anyio.create_memory_object_stream[Observation](64)
-    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifyRequest](1)
+    ver_tx, ver_rx = anyio.create_memory_object_stream[VerifierInbound](1)
     acc_tx, acc_rx = anyio.create_memory_object_stream[AccountantRequest](16)
     controller = Controller(
         task=task,
