@@ -13,13 +13,19 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
+from proctor import RunNotFoundError
+from proctor.runtime import open_journal
 from proctor.runtime._hosting.hooks.client import ServerLost, ask, socket_path
 from proctor.runtime._hosting.hooks.server import serve_hooks
+from proctor.runtime._hosting.hooks.session import run_id_for
 
 PAYLOADS = Path(__file__).parent / "payloads"
+PROCTOR = (sys.executable, "-m", "proctor")
 
 
 @pytest.fixture
@@ -199,3 +205,120 @@ def test_a_journal_inside_the_workspace_is_refused(tmp_path: Path, project: Path
     assert f"the journal {project / 'proctor.db'} lies inside the workspace" in done.stderr
     assert "--journal outside the workspace" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+APPROVE = '\n[approve]\nrun_command = ["git push*"]\nwait_seconds = 120\n'
+
+
+def _journal_run(journal: Path, run_id: str) -> Any:
+    async def read() -> Any:
+        async with open_journal(journal) as j:
+            return await j.get_run(run_id)
+
+    return anyio.run(read)
+
+
+def _waits_for_approval(journal: Path, run_id: str) -> bool:
+    try:
+        return bool(_journal_run(journal, run_id).waiting == "approval")
+    except RunNotFoundError:
+        return False  # the hook has not opened the run yet
+
+
+def _until_waiting(journal: Path, run_id: str, hook: subprocess.Popen[str]) -> None:
+    """Until the run says it waits for approval; bounded, and not past the hook's end."""
+    deadline = 600
+    for _ in range(deadline * 20):
+        assert hook.poll() is None, "the hook ended before the run waited for approval"
+        if journal.exists() and _waits_for_approval(journal, run_id):
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("the run never waited for approval")
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_an_approval_pattern_holds_the_call_until_a_person_decides(
+    tmp_path: Path, project: Path, approved: bool
+) -> None:
+    task = tmp_path / "task.toml"
+    task.write_text(task.read_text() + APPROVE)
+    journal = tmp_path / "j.db"
+    tool = {"command": "git push origin main", "description": "publish"}
+    args = [sys.executable, "-m", "proctor", "hook", "claude", "--task", str(task)]
+    hook = subprocess.Popen(
+        [*args, "--journal", str(journal)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert hook.stdin is not None
+        hook.stdin.write(_payload("PreToolUse", project, tool_name="Bash", tool_input=tool))
+        hook.stdin.close()
+        run_id = run_id_for("claude", "s1")
+        _until_waiting(journal, run_id, hook)
+        decide = ["approve", run_id] if approved else ["deny", run_id, "--why", "not on a Friday"]
+        done = subprocess.run(
+            [*PROCTOR, *decide, "--journal", str(journal)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert hook.stdout is not None
+        assert hook.stderr is not None
+        out, err = hook.stdout.read(), hook.stderr.read()
+        hook.wait(timeout=120)
+    finally:
+        if hook.poll() is None:
+            hook.kill()
+            hook.wait()
+        for stream in (hook.stdout, hook.stderr):
+            if stream is not None:
+                stream.close()
+    assert hook.returncode == 0, err
+    answer = json.loads(out)["hookSpecificOutput"]
+    if approved:
+        assert answer["permissionDecision"] == "allow"
+    else:
+        assert answer["permissionDecision"] == "deny"
+        assert "not on a Friday" in answer["permissionDecisionReason"]
+    # A call no pattern names does not wait.
+    quick = _hook(tmp_path, _payload("PreToolUse", project))
+    assert json.loads(quick.stdout)["hookSpecificOutput"]["permissionDecision"] == "allow"
+
+
+def test_proctor_stop_between_hook_calls_ends_the_session(tmp_path: Path, project: Path) -> None:
+    first = _hook(tmp_path, _payload("SessionStart", project))
+    assert first.returncode == 0, first.stderr
+    run_id = run_id_for("claude", "s1")
+    stopped = subprocess.run(
+        [
+            *PROCTOR,
+            "stop",
+            run_id,
+            "--journal",
+            str(tmp_path / "j.db"),
+            "--why",
+            "x y",
+            "--wait",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # Journaled; the run ends at the session's next hook call, not before.
+    assert stopped.returncode == 1, stopped.stdout + stopped.stderr
+    assert "stop journaled, but the run has not ended" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    done = _hook(tmp_path, _payload("PreToolUse", project))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["continue"] is False
+    assert "stopped" in answer["stopReason"]
+    row = _journal_run(tmp_path / "j.db", run_id)
+    assert row.status == "stopped"
+    assert row.stop_reason["code"] == "user_stop"
+    assert "x y" in row.stop_reason["message"]

@@ -10,6 +10,8 @@ from collections.abc import (
     AsyncIterator,
 )
 
+import anyio
+
 from proctor._errors import (
     ConfigError,
 )
@@ -65,8 +67,14 @@ async def open_journal(
             ) from exc
         journal = await PgJournal.open(os.fspath(target), synchronous=synchronous)
     else:
-        journal = await Journal.open(target, synchronous=synchronous, create=create)
+        # Shielded, as the close below: a connection half made by a cancelled
+        # caller would leave its worker thread behind the closed event loop.
+        with anyio.CancelScope(shield=True):
+            journal = await Journal.open(target, synchronous=synchronous, create=create)
     try:
         yield journal
     finally:
-        await journal.close()
+        # Shielded: a caller that gave up waiting (a cancelled scope) must not
+        # leave the connection's worker thread behind its closed event loop.
+        with anyio.CancelScope(shield=True):
+            await journal.close()

@@ -36,7 +36,7 @@ from proctor._digest import digest as digest_of
 from proctor._errors import BudgetError, ConfigError, RunNotFoundError
 from proctor.budgets._accountant import AccountantRequest, run_accountant
 from proctor.budgets._budget import Exhaustion, Ledger
-from proctor.runtime._control.controller import Controller, Inbound, _call_amounts
+from proctor.runtime._control.controller import Controller, Inbound, StopRequest, _call_amounts
 from proctor.runtime._control.history import save_snapshot
 from proctor.runtime._control.run import (
     baseline_context,
@@ -344,12 +344,24 @@ async def _wired(
             except anyio.WouldBlock:
                 return out
 
+    watch_scope = anyio.CancelScope()
+
+    async def watch(inbox: Any) -> None:
+        # Operators' notes while a call takes long (a check, a wait for approval):
+        # a stop abandons the checks, an approval wakes the wait.
+        with watch_scope:
+            await controller.watch(inbox)
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
         tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
+        tg.start_soon(watch, inbox_tx.clone())
         inbox_tx.close()
-        async with inbox_rx, obs_tx, obs_rx, ver_tx, acc_tx:
-            yield controller, told
+        try:
+            async with inbox_rx, obs_tx, obs_rx, ver_tx, acc_tx:
+                yield controller, told
+        finally:
+            watch_scope.cancel()
 
 
 def _ended(controller: Controller) -> str:
@@ -368,6 +380,15 @@ async def _end(controller: Controller) -> str:
 async def _run_ended(controller: Controller) -> bool:
     row = await controller.journal.get_run(controller.run_id)
     return row.status != "running"
+
+
+async def _stop_requested(controller: Controller) -> StopRequest | None:
+    """The first stop an operator asked for (``proctor stop``), if any."""
+    notes = await controller.journal.notes(controller.run_id, kinds=("stop",))
+    if not notes:
+        return None
+    body = notes[0]["body"]
+    return StopRequest("user_stop", str(body.get("who", "")), str(body.get("why", "")))
 
 
 async def _deadline(controller: Controller) -> bool:
@@ -401,6 +422,12 @@ async def _pre_tool(c: Controller, session: _Session, event: HookEvent) -> Answe
         await c._exhausted(charged)
         return Answer("halt", await _end(c))
     refusal = _refusal(session, mapped) or c.judge.admit(call)
+    if refusal is None and c._approval_needed(call):
+        # The agent waits in its hook, as it would at its own permission prompt.
+        refusal = await c._approval(call)
+        if c._stop is not None:
+            await c._stopped(c._stop)
+            return Answer("halt", await _end(c))
     if refusal is None:
         paid = await c._reserve(_call_amounts(call), charge=True)
         if isinstance(paid, Exhaustion):
@@ -497,6 +524,10 @@ async def _answer(journal: JournalLike, task: Task, event: HookEvent) -> Answer:
     async with _wired(session) as (c, told):
         if problem is not None and not c.judge.terminal:
             await c._record("ended", c.judge.fail("unknown_price", problem))
+        stop = await _stop_requested(c)
+        if stop is not None and not c.judge.terminal:
+            # `proctor stop` between two hook calls: this call ends the run.
+            await c._stopped(stop)
         if event.kind == "pre_tool":
             answer = await _pre_tool(c, session, event)
         elif event.kind == "post_tool":
