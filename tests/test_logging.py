@@ -20,6 +20,7 @@ def test_the_library_logs_to_stderr_never_stdout() -> None:
         """
         import structlog
         import proctor
+        proctor.Task  # any public name: proctor's modules are imported on first use
         structlog.get_logger().info("library.event", n=1)
         structlog.get_logger().warning("library.warning")
         """
@@ -35,6 +36,7 @@ def test_an_application_s_own_configuration_is_left_alone() -> None:
         import sys, structlog
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stdout))
         import proctor
+        proctor.Task
         structlog.get_logger().info("app.event")
         """
     )
@@ -48,7 +50,7 @@ def test_a_swapped_stderr_receives_the_logs() -> None:
     done = _run(
         """
         import io, sys, structlog
-        import proctor
+        from proctor.runtime import open_journal
         saved, sys.stderr = sys.stderr, io.StringIO()
         structlog.get_logger().info("captured.event")
         captured, sys.stderr = sys.stderr.getvalue(), saved
@@ -56,3 +58,31 @@ def test_a_swapped_stderr_receives_the_logs() -> None:
         """
     )
     assert done.stdout == "captured\n"
+
+
+def test_every_module_that_logs_sends_structlog_to_stderr_first() -> None:
+    # A module imported on its own (not through a public name) configures too.
+    done = _run(
+        """
+        import structlog
+        import proctor.runtime._tools.process
+        structlog.get_logger().warning("module.event")
+        """
+    )
+    assert done.stdout == ""
+    assert "module.event" in done.stderr
+
+
+def test_a_hook_call_answered_by_a_server_imports_no_logging() -> None:
+    # `proctor hook` runs on every tool call of a hosted agent: answered by a
+    # hook server, it loads the standard library and two small modules only.
+    done = _run(
+        """
+        import sys
+        import proctor._entry
+        from proctor.runtime._hosting.hooks import client
+        heavy = [m for m in ("structlog", "rich", "click", "anyio", "attrs") if m in sys.modules]
+        print(heavy)
+        """
+    )
+    assert done.stdout == "[]\n"

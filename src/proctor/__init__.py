@@ -12,9 +12,6 @@ outside the model.
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-# Imported before anything logs: the library never writes to stdout (see _logging).
-from proctor import _logging as _logging
-
 if _TYPE_CHECKING:
     from proctor._boundary import Limits as Limits
     from proctor._errors import ActorError as ActorError
@@ -152,6 +149,8 @@ def __getattr__(name: str) -> _Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
+    # Before anything of proctor's can log: the library never writes to stdout.
+    importlib.import_module("proctor._logging")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

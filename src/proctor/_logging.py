@@ -4,8 +4,9 @@ Where proctor's structured logs go: stderr, never stdout.
 stdout belongs to the program that uses proctor (a CLI's JSON, a parent process
 reading a child's lines). structlog's own default prints to stdout, so unless
 the application configured structlog itself, proctor sends structlog's output
-to stderr when it is imported. The level is left alone: the application (the
-CLI's ``--log-level``) decides it.
+to stderr as soon as any module of proctor's that logs is imported (using any
+public name of ``proctor`` or ``proctor.runtime`` does). The level is left
+alone: the application (the CLI's ``--log-level``) decides it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ("stderr_logger", "use_stderr_by_default")
+__all__ = ("get_logger", "stderr_logger", "use_stderr_by_default")
 
 
 def stderr_logger(*args: Any) -> structlog.PrintLogger:
@@ -27,6 +28,18 @@ def stderr_logger(*args: Any) -> structlog.PrintLogger:
     caller swaps the stream (a stream bound once would go stale or closed).
     """
     return structlog.PrintLogger(sys.stderr)
+
+
+def get_logger(*args: Any, **initial: Any) -> Any:
+    """
+    Return structlog's logger, with structlog sent to stderr first.
+
+    Every module of proctor's that logs takes its logger here, so importing any
+    of them applies :func:`use_stderr_by_default` before it can log; nothing
+    else of proctor's imports structlog (``proctor hook`` answered by a hook
+    server never loads it).
+    """
+    return structlog.get_logger(*args, **initial)
 
 
 def use_stderr_by_default() -> None:

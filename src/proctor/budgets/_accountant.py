@@ -34,11 +34,11 @@ from typing import Protocol, cast
 
 import anyio
 import attrs
-import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup, TaskStatus
 
 from proctor import _channels as channels
 from proctor._errors import BudgetError, ConfigError
+from proctor._logging import get_logger
 from proctor.budgets._budget import (
     Exhaustion,
     Lease,
@@ -76,7 +76,7 @@ __all__ = (
     "run_accountant",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: The dimensions the accountant measures itself, as time passes.
 TIME_DIMENSIONS = ("wall_seconds", "working_seconds", "child_cpu_seconds")

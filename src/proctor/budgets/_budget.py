@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import structlog
 
 from proctor._errors import BudgetError, ConfigError
+from proctor._logging import get_logger
 
 __all__ = (
     "DIMENSIONS",
@@ -33,7 +33,7 @@ __all__ = (
     "Retune",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 # Sums of floats are compared with this much slack.
 _EPSILON = 1e-9

@@ -261,6 +261,8 @@ def __getattr__(name: str) -> _Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
+    # Before anything of proctor's can log: the library never writes to stdout.
+    importlib.import_module("proctor._logging")
     value = getattr(importlib.import_module(where[0]), where[1])
     globals()[name] = value
     return value

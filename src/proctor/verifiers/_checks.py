@@ -24,11 +24,11 @@ from typing import Any, Final
 
 import anyio
 import attrs
-import structlog
 from anyio.abc import ByteReceiveStream, Process
 
 from proctor._digest import digest
 from proctor._errors import ConfigError, SandboxUnavailableError
+from proctor._logging import get_logger
 from proctor.runtime._tools.process import kill_group
 from proctor.runtime._tools.sandbox import Launch, launch, limit_note, sandbox_env
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
@@ -44,7 +44,7 @@ from proctor.verifiers._more_checks import CheckContext
 
 __all__ = ("CommandCheck", "contract_version")
 
-log = structlog.get_logger()
+log = get_logger()
 
 _SHELL: Final = "/bin/sh"
 # The output tail kept in memory: enough bytes for EXCERPT_CHARS characters of UTF-8.

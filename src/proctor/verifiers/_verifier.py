@@ -14,9 +14,9 @@ from pathlib import Path
 
 import anyio
 import attrs
-import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
+from proctor._logging import get_logger
 from proctor.verifiers._candidate import freeze, tree_digest
 from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._evidence import Evidence
@@ -32,7 +32,7 @@ __all__ = (
     "verify_snapshot",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 @attrs.frozen

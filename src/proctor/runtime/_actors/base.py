@@ -16,11 +16,11 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 import attrs
 import cattrs
-import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from proctor import _channels as channels
 from proctor._errors import ConfigError
+from proctor._logging import get_logger
 from proctor._wire import converter
 from proctor.budgets._usage import Usage
 from proctor.runtime._records import Observation, Proposal
@@ -36,7 +36,7 @@ __all__ = (
     "run_actor",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 @runtime_checkable

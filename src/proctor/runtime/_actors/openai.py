@@ -52,10 +52,10 @@ from typing import Any, Literal, cast
 import anyio
 import attrs
 import httpx
-import structlog
 
 from proctor._boundary import dumps_utf8
 from proctor._errors import ActorError, ConfigError
+from proctor._logging import get_logger
 from proctor.budgets._bucket import backoff
 from proctor.budgets._usage import Usage
 from proctor.runtime._records import (
@@ -81,7 +81,7 @@ __all__ = (
     "tool_result_text",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: The API the actor talks to unless told otherwise.
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

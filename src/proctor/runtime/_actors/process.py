@@ -40,12 +40,12 @@ from typing import Any
 import anyio
 import attrs
 import cattrs
-import structlog
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from proctor._boundary import dumps_utf8
 from proctor._errors import ActorError, ConfigError
+from proctor._logging import get_logger
 from proctor._wire import converter
 from proctor.budgets._usage import Usage
 from proctor.runtime._records import Observation, Proposal
@@ -53,7 +53,7 @@ from proctor.runtime._tools.process import ProcessGroups
 
 __all__ = ("ActorError", "ProcessActor", "observation_message", "parse_agent_line")
 
-log = structlog.get_logger()
+log = get_logger()
 
 # Seconds a process group gets between SIGTERM and SIGKILL.
 _TERM_GRACE = 2.0

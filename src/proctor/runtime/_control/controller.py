@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import anyio
 import attrs
-import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
@@ -43,6 +42,7 @@ from proctor._errors import (
     ProctorError,
     WorkspaceError,
 )
+from proctor._logging import get_logger
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import (
     AccountantReply,
@@ -119,7 +119,7 @@ from proctor.runtime._control.trace import (
     briefing,
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 StepCallback = Callable[[TraceRecord], None]
 

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-import structlog
 
+from proctor._logging import get_logger
 from proctor.runtime._effects.ledger import EffectLedger, EffectRecord, EffectState, Target
 from proctor.runtime._journal import JournalLike, RunRow
 from proctor.runtime._progress.judge import SNAPSHOT_FORMAT, Judge, SnapshotRefused
@@ -41,7 +41,7 @@ __all__ = (
     "snapshot_due",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: A running controller journals a snapshot of its decision core every this many
 #: steps; a resume after its host died replays at most about as many.

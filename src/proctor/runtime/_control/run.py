@@ -30,6 +30,7 @@ from proctor._errors import (
     SandboxUnavailableError,
     WorkspaceBusyError,
 )
+from proctor._logging import get_logger
 from proctor._wire import to_jsonable
 from proctor.budgets._accountant import (
     AccountantRequest,
@@ -89,7 +90,7 @@ __all__ = (
     "start_run",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: How often, by default, a run's host says in the journal that it is alive.
 HEARTBEAT_SECONDS = 5.0

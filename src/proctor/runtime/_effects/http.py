@@ -43,9 +43,9 @@ from typing import Any
 import anyio
 import attrs
 import httpx
-import structlog
 
 from proctor._errors import ConfigError
+from proctor._logging import get_logger
 from proctor.runtime._effects.ledger import EffectRecord, Reconciler, Verdict, current_effect_key
 from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.runtime._tools.registry import Tool, ToolContext
@@ -64,7 +64,7 @@ __all__ = (
     "lookup_url",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: The header that carries an effect's idempotency key.
 IDEMPOTENCY_HEADER = "Idempotency-Key"

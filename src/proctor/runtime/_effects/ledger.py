@@ -46,11 +46,11 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import attrs
-import structlog
 
 from proctor._boundary import printable
 from proctor._digest import canonical_json, digest
 from proctor._errors import ConfigError, EffectError, ProctorError
+from proctor._logging import get_logger
 from proctor.budgets._bucket import backoff
 from proctor.runtime._progress.normalize import normalize_command, normalize_path
 from proctor.runtime._records import ToolStatus
@@ -85,7 +85,7 @@ __all__ = (
     "verdict_state",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 T = TypeVar("T")
 

@@ -31,7 +31,6 @@ from typing import Any, Literal
 
 import anyio
 import attrs
-import structlog
 import uvicorn
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import types
@@ -46,6 +45,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from proctor._boundary import printable
 from proctor._errors import ConfigError
+from proctor._logging import get_logger
 from proctor.runtime._actors.openai import tool_result_text
 from proctor.runtime._control.controller import StepCallback
 from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, run
@@ -77,7 +77,7 @@ __all__ = (
     "serve_gateway",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: The tools the gateway adds to the task's: a task tool may not take these names.
 GATEWAY_TOOLS = ("submit", "escalate")

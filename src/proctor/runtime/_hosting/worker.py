@@ -22,6 +22,7 @@ import attrs
 import structlog
 
 from proctor._errors import ConfigError, FencedError, RunHeld
+from proctor._logging import get_logger
 from proctor.runtime._control.controller import StepCallback
 from proctor.runtime._control.history import proposals_made
 from proctor.runtime._control.run import Stopper, start_run
@@ -33,7 +34,7 @@ from proctor.runtime._task import Task
 
 __all__ = ("WorkerStats", "submit", "work")
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 async def submit(

@@ -47,7 +47,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 import asyncpg
 import attrs
-import structlog
 
 from proctor._errors import (
     ConfigError,
@@ -58,6 +57,7 @@ from proctor._errors import (
     RunNotFoundError,
     SchemaError,
 )
+from proctor._logging import get_logger
 from proctor.runtime._journal.base import (
     MIN_PREFIX,
     RUNNING,
@@ -107,7 +107,7 @@ if TYPE_CHECKING:
 
 __all__ = ("DEFAULT_POOL_SIZE", "PgJournal")
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: The most connections one :class:`PgJournal` opens at once, unless told otherwise.
 DEFAULT_POOL_SIZE = 10

@@ -16,17 +16,16 @@ from collections.abc import (
 )
 from typing import Any
 
-import structlog
-
 from proctor._errors import (
     ConfigError,
     FencedError,
     JournalError,
 )
+from proctor._logging import get_logger
 from proctor.runtime._journal.base import EFFECT_STATES, QUEUED, SPEND_KINDS, EffectRow, RunRow
 from proctor.runtime._records import Disposition
 
-log = structlog.get_logger()
+log = get_logger()
 
 __all__ = (
     "json_text",

@@ -55,7 +55,6 @@ from typing import Any, ClassVar, Self, TypeVar, cast
 import aiosqlite
 import anyio
 import attrs
-import structlog
 
 from proctor._errors import (
     ConfigError,
@@ -66,6 +65,7 @@ from proctor._errors import (
     RunNotFoundError,
     SchemaError,
 )
+from proctor._logging import get_logger
 from proctor.runtime._journal.base import (
     CLOSE_LIMIT,
     DURABLE,
@@ -112,7 +112,7 @@ from proctor.runtime._journal.schema import (
 
 __all__ = ("Journal",)
 
-log = structlog.get_logger()
+log = get_logger()
 
 _T = TypeVar("_T")
 

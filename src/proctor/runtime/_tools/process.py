@@ -36,10 +36,10 @@ from typing import Literal
 
 import anyio
 import attrs
-import structlog
 from anyio.abc import Process
 
 from proctor._errors import ConfigError
+from proctor._logging import get_logger
 from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.runtime._tools.sandbox import Launch, SandboxSpec, launch, limit_note
 
@@ -54,7 +54,7 @@ __all__ = (
     "run_command",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 GroupEnd = Literal["exited", "terminated", "killed"]
 """

@@ -27,10 +27,10 @@ from typing import Any
 
 import anyio
 import attrs
-import structlog
 
 from proctor._boundary import DEFAULT_LIMITS, Limits, clip_text
 from proctor._errors import ConfigError, ProctorError, WorkspaceError
+from proctor._logging import get_logger
 from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.runtime._tools.process import ProcessGroups, run_command
 from proctor.runtime._tools.sandbox import SandboxSpec
@@ -48,7 +48,7 @@ __all__ = (
     "run_workspace_command",
 )
 
-log = structlog.get_logger()
+log = get_logger()
 
 # Directories list_files never descends into.
 _SKIPPED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".proctor"})

@@ -21,16 +21,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from proctor._errors import ConfigError
+from proctor._logging import get_logger
 from proctor.runtime._hosting.hooks.agents import AGENTS, fail_closed
 from proctor.runtime._hosting.hooks.client import hooks_dir, socket_path
 from proctor.runtime._hosting.hooks.command import hook_main
 
 __all__ = ("serve_hooks",)
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: The longest request read (a hook input is a few kilobytes; a Write's content more).
 MAX_REQUEST = 64 * 1024 * 1024
