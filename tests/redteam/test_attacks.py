@@ -21,6 +21,7 @@ import pytest
 from tests.redteam.conftest import COMPLETE, FIX, FIXED, PY, TESTS, action, alive_with, command
 
 from proctor._errors import ConfigError
+from proctor.runtime import load_run_view, open_journal
 from proctor.runtime._records import Disposition, TraceRecord
 
 # --------------------------------------------------------------------------- the checks
@@ -383,6 +384,13 @@ async def test_a_write_after_the_end_is_a_fence_breach(attack: Any) -> None:
         f.startswith("fence breach:") and "pricing.py" in f
         for f in done.result.handoff.open_findings
     )
+    # What `proctor show` and `proctor report` read from the journal says so too.
+    async with open_journal(done.journal) as j:
+        view = await load_run_view(j, done.result.run_id)
+    assert view.run.handoff is not None
+    assert [f for f in view.run.handoff["open_findings"] if f.startswith("fence breach:")] == [
+        f for f in done.result.handoff.open_findings if f.startswith("fence breach:")
+    ]
 
 
 # --------------------------------------------------------------------------- bounded

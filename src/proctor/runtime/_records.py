@@ -11,11 +11,13 @@ an actor's script is a trajectory without results.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
 
 __all__ = (
+    "fence_breach_finding",
     "Claim",
     "Completion",
     "Decision",
@@ -89,7 +91,8 @@ class NoteKind(enum.StrEnum):
     actor again; ``effect``: what an effect's reconciliation needs, journaled before
     it is dispatched; ``amend``: an operator's amendment of the contract;
     ``retune-request``: an operator asked for new limits; ``retune``: the
-    accountant applied them.
+    accountant applied them; ``fence_breach``: the workspace changed after the
+    run ended (see :func:`fence_breach_finding`).
     """
 
     START = "start"
@@ -98,6 +101,22 @@ class NoteKind(enum.StrEnum):
     AMEND = "amend"
     RETUNE_REQUEST = "retune-request"
     RETUNE = "retune"
+    FENCE_BREACH = "fence_breach"
+
+
+def fence_breach_finding(body: Mapping[str, Any]) -> str:
+    """
+    The handoff's open finding for a ``fence_breach`` note: what changed after the
+    run ended, against the candidate it ended with.
+    """
+    at_end, now = str(body.get("at_end", "")), str(body.get("now", ""))
+    changed = [str(p) for p in body.get("changed") or ()]
+    more = f" (+{len(changed) - 10} more)" if len(changed) > 10 else ""
+    shown = ", ".join(changed[:10]) + more
+    return (
+        f"fence breach: the workspace changed after the run ended (candidate {at_end[:12]},"
+        f" now {now[:12]}): {shown or 'the tree differs'}"
+    )
 
 
 class ObservationKind(enum.StrEnum):

@@ -59,6 +59,7 @@ from proctor.runtime._records import (
     NoteKind,
     Observation,
     ObservationKind,
+    fence_breach_finding,
 )
 from proctor.runtime._task import Task, prepare_workspace
 from proctor.runtime._tools.process import ProcessGroups, end_groups, pid_alive
@@ -468,14 +469,9 @@ async def _fence_breach(
         return None
     changed = changed_paths(before, hasher.files())
     log.warning("run.fence_breach", at_end=at_end, now=now, changed=changed[:20])
-    await journal.add_note(
-        run_id, "fence_breach", {"at_end": at_end, "now": now, "changed": list(changed)}
-    )
-    shown = ", ".join(changed[:10]) + (f" (+{len(changed) - 10} more)" if len(changed) > 10 else "")
-    return (
-        f"fence breach: the workspace changed after the run ended (candidate {at_end[:12]},"
-        f" now {now[:12]}): {shown or 'the tree differs'}"
-    )
+    body = {"at_end": at_end, "now": now, "changed": list(changed)}
+    await journal.add_note(run_id, NoteKind.FENCE_BREACH, body)
+    return fence_breach_finding(body)
 
 
 def _start_time(pid: int) -> str | None:

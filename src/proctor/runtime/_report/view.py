@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from proctor.runtime._journal.base import EffectRow, JournalLike, RunRow, SpendRow
+from proctor.runtime._records import NoteKind, fence_breach_finding
 
 __all__ = (
     "CandidateView",
@@ -225,6 +226,14 @@ async def load_run_view(journal: JournalLike, run_id: str) -> RunView:
     evidence = await journal.evidence(run_id=run.run_id)
     effects = await journal.effects(run_id=run.run_id)
     actor = await journal.latest_note(run.run_id, "actor")
+    breach = await journal.latest_note(run.run_id, NoteKind.FENCE_BREACH)
+    if breach is not None and run.handoff is not None:
+        # Found after the handoff was journaled: shown with it, as the run's result has it.
+        finding = fence_breach_finding(breach["body"])
+        found = list(run.handoff.get("open_findings") or ())
+        if finding not in found:
+            handoff = {**run.handoff, "open_findings": [*found, finding]}
+            run = attrs.evolve(run, handoff=handoff)
     view = build_view(run, task, steps, spend, evidence, effects)
     return attrs.evolve(view, actor=dict((actor or {}).get("body") or {}))
 
