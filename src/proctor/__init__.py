@@ -6,13 +6,18 @@ external verifier judges a frozen candidate; a budget accountant keeps spend
 outside the model.
 """
 
+from __future__ import annotations
+
 # The public names are imported on first use (PEP 562): `proctor hook` runs on
 # every tool call of a hosted agent and must not pay for the whole runtime, the
 # CLI's rich and click, or httpx.
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+# Not imported from typing, which takes longer to import than the rest of a hook
+# call answered by a server; mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 
-if _TYPE_CHECKING:
+if TYPE_CHECKING:
+    from typing import Any as _Any
+
     from proctor._boundary import Limits as Limits
     from proctor._errors import ActorError as ActorError
     from proctor._errors import BudgetError as BudgetError
@@ -154,6 +159,9 @@ def __getattr__(name: str) -> _Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+del TYPE_CHECKING
 
 
 def __dir__() -> list[str]:

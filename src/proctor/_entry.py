@@ -16,9 +16,8 @@ _USAGE = "usage: proctor hook claude|codex|gemini --task TASK.toml [--journal F]
 
 def _hook(argv: list[str]) -> int:
     import os
-    from pathlib import Path
 
-    from proctor.runtime._hosting.hooks.client import ServerLost, ask, socket_path
+    from proctor.runtime._hosting.hooks.client import ServerLost, ask, socket_file
 
     agent, task, journal = None, None, os.environ.get("PROCTOR_JOURNAL", "proctor.db")
     rest = list(argv)
@@ -36,11 +35,12 @@ def _hook(argv: list[str]) -> int:
             return -1  # anything else (--help, a typo): click says what is wrong
     if agent not in ("claude", "codex", "gemini") or task is None:
         return -1
-    text = sys.stdin.read()
+    # Bytes that are not UTF-8 must not crash the hook (a crash lets the call through).
+    text = sys.stdin.buffer.read().decode("utf-8", "replace")
     request = {"agent": agent, "task": os.path.abspath(task), "journal": journal, "text": text}
     try:
         where = os.environ.get("PROCTOR_HOOK_SOCKET")
-        answer = ask(Path(where) if where else socket_path(journal), request)
+        answer = ask(where or socket_file(journal), request)
     except ServerLost as exc:
         # It may have acted on the call: refuse rather than decide a second time.
         sys.stderr.write(f"proctor: {exc}\n")
@@ -69,11 +69,23 @@ def _hook(argv: list[str]) -> int:
     return code
 
 
+def _hook_or_refuse(argv: list[str]) -> int:
+    """
+    :func:`_hook`, failing closed on anything unexpected: an agent takes a crashed
+    hook (a traceback, exit 1) as no opinion and runs the call; exit 2 refuses it.
+    """
+    try:
+        return _hook(argv)
+    except Exception as exc:
+        sys.stderr.write(f"proctor: the hook failed, so the call is refused: {exc!r}\n")
+        return 2
+
+
 def main() -> None:
     """Run the ``proctor`` command."""
     argv = sys.argv[1:]
     if argv[:1] == ["hook"]:
-        code = _hook(argv[1:])
+        code = _hook_or_refuse(argv[1:])
         if code >= 0:
             sys.stdout.flush()
             raise SystemExit(code)

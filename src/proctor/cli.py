@@ -1213,7 +1213,8 @@ def hook_command(agent: str, task_file: Path, journal: str) -> None:
     """Answer one hook call of AGENT (claude, codex, gemini): its JSON on standard input."""
     from proctor.runtime import hook_main
 
-    out, err, code = hook_main(agent, str(task_file), journal, sys.stdin.read())  # type: ignore[arg-type]
+    text = sys.stdin.buffer.read().decode("utf-8", "replace")
+    out, err, code = hook_main(agent, str(task_file), journal, text)  # type: ignore[arg-type]
     if out:
         click.echo(out)
     if err:

@@ -17,10 +17,20 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proctor import RunNotFoundError
 from proctor.runtime import open_journal
-from proctor.runtime._hosting.hooks.client import ServerLost, ask, socket_path
+from proctor.runtime._hosting.hooks.client import (
+    ServerLost,
+    ask,
+    decode_answer,
+    decode_request,
+    encode_answer,
+    encode_request,
+    socket_path,
+)
 from proctor.runtime._hosting.hooks.server import serve_hooks
 from proctor.runtime._hosting.hooks.session import run_id_for
 
@@ -322,3 +332,56 @@ def test_proctor_stop_between_hook_calls_ends_the_session(tmp_path: Path, projec
     assert row.status == "stopped"
     assert row.stop_reason["code"] == "user_stop"
     assert "x y" in row.stop_reason["message"]
+
+
+#: Any text, lone surrogates included (undecodable bytes on a hook's stdin).
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()))
+
+
+def _wire(text: str) -> str:
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+@given(
+    st.sampled_from(["claude", "codex", "gemini", ""]),
+    ANY_TEXT.map(lambda t: t.replace("\0", "")),
+    ANY_TEXT.map(lambda t: t.replace("\0", "")),
+    ANY_TEXT,
+)
+def test_a_request_crosses_the_socket_as_it_was_sent(
+    agent: str, task: str, journal: str, text: str
+) -> None:
+    request = {"agent": agent, "task": task, "journal": journal, "text": text}
+    # The hook input, last on the wire, may hold anything, NULs included.
+    assert decode_request(encode_request(request)) == {k: _wire(v) for k, v in request.items()}
+
+
+@given(ANY_TEXT, ANY_TEXT, st.integers(min_value=-(2**31), max_value=2**31))
+def test_an_answer_crosses_the_socket_whole_or_not_at_all(out: str, err: str, code: int) -> None:
+    raw = encode_answer(out, err, code)
+    assert decode_answer(raw) == {"out": _wire(out), "err": _wire(err), "code": code}
+    # Cut anywhere, it is not taken for an answer.
+    for cut in {0, 1, len(raw) // 2, len(raw) - 1}:
+        if cut < len(raw):
+            assert decode_answer(raw[:cut]) is None
+
+
+@pytest.mark.parametrize("served", [False, True])
+def test_input_that_is_not_utf8_is_judged_not_crashed_on(
+    tmp_path: Path, project: Path, served: bool, request: pytest.FixtureRequest
+) -> None:
+    # A crashed hook lets the call through: undecodable bytes must be judged.
+    if served:
+        request.getfixturevalue("server")
+    tool = {"file_path": str(project / "tests" / "test_x.py"), "content": "x"}
+    text = _payload("PreToolUse", project, tool_name="Write", tool_input=tool)
+    raw = text.encode().replace(b'"content": "x"', b'"content": "\xff\xfe"')
+    assert b"\xff\xfe" in raw
+    args = [*PROCTOR, "hook", "claude", "--task", str(tmp_path / "task.toml")]
+    done = subprocess.run(
+        [*args, "--journal", str(tmp_path / "j.db")], input=raw, capture_output=True, timeout=120
+    )
+    assert b"Traceback" not in done.stderr
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)["hookSpecificOutput"]
+    assert answer["permissionDecision"] == "deny"

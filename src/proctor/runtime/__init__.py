@@ -1,12 +1,17 @@
 """The runtime: the four tasks, channels, records, controller policy, tools, journal."""
 
+from __future__ import annotations
+
 # The public names are imported on first use (PEP 562): the MCP stack takes a
 # second to import, and `proctor hook`, run on every tool call of a hosted agent,
 # needs little of the rest.
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+# Not imported from typing, which takes longer to import than the rest of a hook
+# call answered by a server; mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 
-if _TYPE_CHECKING:
+if TYPE_CHECKING:
+    from typing import Any as _Any
+
     from proctor.runtime._actors.base import Actor as Actor
     from proctor.runtime._actors.base import FunctionActor as FunctionActor
     from proctor.runtime._actors.base import ScriptedActor as ScriptedActor
@@ -266,6 +271,9 @@ def __getattr__(name: str) -> _Any:
     value = getattr(importlib.import_module(where[0]), where[1])
     globals()[name] = value
     return value
+
+
+del TYPE_CHECKING
 
 
 def __dir__() -> list[str]:

@@ -13,18 +13,21 @@ time; calls of different sessions are served in parallel threads.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socketserver
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from proctor._errors import ConfigError
 from proctor._logging import get_logger
 from proctor.runtime._hosting.hooks.agents import AGENTS, fail_closed
-from proctor.runtime._hosting.hooks.client import hooks_dir, socket_path
+from proctor.runtime._hosting.hooks.client import (
+    decode_request,
+    encode_answer,
+    hooks_dir,
+    socket_path,
+)
 from proctor.runtime._hosting.hooks.command import hook_main
 
 __all__ = ("serve_hooks",)
@@ -35,19 +38,17 @@ log = get_logger()
 MAX_REQUEST = 64 * 1024 * 1024
 
 
-def _answer(raw: bytes, journal: str) -> dict[str, Any]:
+def _answer(raw: bytes, journal: str) -> tuple[str, str, int]:
     try:
-        request = json.loads(raw)
-        agent, task, text = request["agent"], request["task"], request["text"]
-        if agent not in AGENTS or not isinstance(task, str) or not isinstance(text, str):
+        request = decode_request(raw)
+        agent, task, text = request.get("agent"), request.get("task"), request.get("text")
+        if agent not in AGENTS or not task or text is None:
             raise ValueError("agent, task and text are required")
-        if os.path.abspath(str(request.get("journal", journal))) != os.path.abspath(journal):
+        if os.path.abspath(request.get("journal") or journal) != os.path.abspath(journal):
             raise ValueError(f"this server answers for the journal {journal} only")
-    except (ValueError, KeyError, TypeError) as exc:
-        out, err, code = fail_closed(f"the hook server could not read the request: {exc}")
-    else:
-        out, err, code = hook_main(agent, task, journal, text)
-    return {"out": out, "err": err, "code": code}
+    except ValueError as exc:
+        return fail_closed(f"the hook server could not read the request: {exc}")
+    return hook_main(agent, task, journal, text)
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -55,8 +56,7 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         raw = self.rfile.read(MAX_REQUEST)
-        answer = _answer(raw, self.journal)
-        self.wfile.write(json.dumps(answer).encode() + b"\n")
+        self.wfile.write(encode_answer(*_answer(raw, self.journal)))
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
