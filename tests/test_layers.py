@@ -300,3 +300,39 @@ def test_the_cli_imports_only_public_names() -> None:
     assert {t for t, _ in _imports("proctor.__main__") if t.startswith("proctor")} == {
         "proctor._entry"
     }
+
+
+#: A module longer than this is a room that holds two things: split it.
+MAX_MODULE_LINES = 1200
+#: A function longer than this says, in a comment starting "# Kept whole:", why it stays whole.
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_module_is_longer_than_a_reader_can_hold() -> None:
+    long = [
+        f"{path.relative_to(SRC)}: {n} lines"
+        for path in MODULES.values()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them):\n" + "\n".join(long)
+
+
+def test_a_long_function_says_why_it_stays_whole() -> None:
+    unexplained = []
+    for path in MODULES.values():
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            assert node.end_lineno is not None
+            length = node.end_lineno - node.lineno + 1
+            if length <= MAX_FUNCTION_LINES:
+                continue
+            body = lines[node.lineno - 1 : node.end_lineno]
+            if not any(line.strip().startswith("# Kept whole:") for line in body):
+                unexplained.append(f"{path.relative_to(SRC)}:{node.lineno}: {node.name}, {length}")
+    assert not unexplained, (
+        f"functions over {MAX_FUNCTION_LINES} lines with no '# Kept whole:' comment "
+        "(split them, or say why they stay whole):\n" + "\n".join(unexplained)
+    )

@@ -714,6 +714,8 @@ async def _run(
     answer: str | None = None,
     on_call: CallCallback | None = None,
 ) -> RunResult:
+    # Kept whole: it makes the four tasks' channels and hands each end to its one owner; split, the
+    # ends would travel through helpers and their ownership blur.
     takeover = claimed is not None and claimed.previous_epoch > 0
     inherits = parent_run_id is not None or takeover
     estimate = getattr(actor, "estimate", None)

@@ -160,6 +160,8 @@ def _handoff(
     cited: Sequence[str] = (),
     answer_task: bool = False,
 ) -> Handoff:
+    # Kept whole: every field of the handoff is read off the same sorted evidence, effects and
+    # spend, in one pass; apart, each piece would sort them again.
     assert judge.disposition is not None
     latest: dict[str, Evidence] = {}
     version = judge.contract_version
