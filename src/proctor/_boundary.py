@@ -154,6 +154,8 @@ def check_plain(
     Raises:
         InputRefused: what was wrong, where in the data, and what is accepted.
     """
+    # Kept whole: one iterative walk over the data, its stack, its running total and the path a
+    # refusal names go together; a quarter of it is the docstring, the contract.
     budget = limits.argument_chars if max_chars is None else max_chars
     total = 0
     root: tuple[Any, ...] | None = None if not where else (None, where)

@@ -344,16 +344,24 @@ async def test_nothing_a_command_started_outlives_it(attack: Any, detach: str) -
     assert "fence_breach" not in done.notes
 
 
-async def test_with_the_sandbox_off_a_detached_child_survives(attack: Any) -> None:
+@pytest.mark.parametrize(
+    ("scrub", "survives"),
+    [("env -i ", True), ("", False)],
+    ids=["environment-scrubbed", "environment-kept"],
+)
+async def test_with_the_sandbox_off_a_detached_child_survives(
+    attack: Any, scrub: str, survives: bool
+) -> None:
     # The positive control for the test above: on the host, a setsid child escapes
     # its process group and outlives the command; the handoff says the run was
-    # unsandboxed.
-    token = "proctor-redteam-off"
+    # unsandboxed. The run's end still finds what carries its marker in the
+    # environment: only a child that scrubbed its environment is out of reach.
+    token = f"proctor-redteam-off-{len(scrub)}"
     mark = f"/tmp/{token}-{os.getpid()}.pid"
     # The command returns only once the child has left its session (it writes its
     # pid after setsid): ending the run's group first would kill it, by a race.
     detach = (
-        f"rm -f {mark}; setsid -f sh -c 'echo $$ > {mark}; sleep 60; : {token}'; "
+        f"rm -f {mark}; {scrub}setsid -f sh -c 'echo $$ > {mark}; sleep 60; : {token}'; "
         f"until [ -s {mark} ]; do sleep 0.01; done"
     )
     done = await attack([FIX, command(detach), COMPLETE], sandbox='mode = "off"')
@@ -362,7 +370,7 @@ async def test_with_the_sandbox_off_a_detached_child_survives(attack: Any) -> No
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(FileNotFoundError):
         os.remove(mark)
-    assert survivors != []
+    assert (survivors != []) is survives
     assert done.disposition is Disposition.COMPLETED
     assert any("unsandboxed" in f for f in done.result.handoff.open_findings)
     assert "sandbox" in done.notes

@@ -43,7 +43,7 @@ from proctor.runtime._journal import (
     is_postgres_url,
     open_journal,
 )
-from proctor.runtime._journal import postgres as pg_journal
+from proctor.runtime._journal import postgres_sql as pg_sql
 from proctor.runtime._journal import schema as journal_schema
 from proctor.runtime._journal.postgres import PgJournal
 from proctor.runtime._records import (
@@ -316,7 +316,7 @@ async def test_postgresql_migrations_are_idempotent(pg_target: str) -> None:
 async def test_postgresql_journal_of_version_1_gains_the_lease_columns(pg_target: str) -> None:
     await pg_execute(
         pg_target,
-        pg_journal._Sql.schema_table
+        pg_sql.Sql.schema_table
         + ";"
         + journal_schema.PG_MIGRATIONS[0]
         + """

@@ -798,6 +798,8 @@ def parse_task(text: str, path: str | Path = "<task>") -> TaskFile:
         ConfigError: the file is not valid TOML or a field is wrong; the message
             names the file, the line or field, and what would be accepted.
     """
+    # Kept whole: one pass over a task file's tables, each error naming its line; it reads as the
+    # file's layout.
     path = Path(path)
     where = _Where(path, text)
     try:

@@ -233,6 +233,8 @@ class CommandCheck:
             contract_version: the contract's version, which the evidence is bound to.
             context: what other checks may use; a command needs none of it.
         """
+        # Kept whole: running the command, its time limit, the JUnit report and the evidence are one
+        # record of one run.
         argv = self.argv
         notes: list[str] = []
         findings: list[str] = []

@@ -130,6 +130,9 @@ def harness_patterns(
     ``workspace``/``cwd``/``path`` (the sandbox PATH) let it add the
     executable itself when it resolves inside the workspace (``./run.sh``,
     ``.venv/bin/pytest`` -> the whole venv)."""
+    # Kept whole: the patterns of one command line are gathered in one pass over its argv (the
+    # executable, its interpreter, the files its options name), each step reading what the last
+    # found.
     if not argv:
         raise ConfigError("a check needs a command; its argv is empty")
     ws = Path(workspace) if workspace is not None else None

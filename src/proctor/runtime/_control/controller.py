@@ -22,9 +22,9 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import attrs
@@ -39,24 +39,17 @@ from proctor._errors import (
     EffectError,
     FencedError,
     InputRefused,
-    ProctorError,
     WorkspaceError,
 )
 from proctor._logging import get_logger
-from proctor._wire import converter, to_jsonable
+from proctor._wire import to_jsonable
 from proctor.budgets._accountant import (
-    AccountantReply,
     AccountantRequest,
     Deadline,
     Denied,
     Granted,
-    Pause,
-    Rejected,
     Release,
     Reserve,
-    Resume,
-    Retuned,
-    RetuneLimit,
     Settle,
     Settled,
 )
@@ -64,7 +57,6 @@ from proctor.budgets._bucket import backoff
 from proctor.budgets._budget import Exhaustion
 from proctor.budgets._usage import Usage
 from proctor.runtime._actors.base import ActorCrashed, ActorFinished, ActorSpend
-from proctor.runtime._control.history import save_snapshot, snapshot_due
 from proctor.runtime._effects.ledger import (
     EffectLedger,
     EffectState,
@@ -79,7 +71,6 @@ from proctor.runtime._effects.ledger import (
     verdict_state,
 )
 from proctor.runtime._journal import JournalLike
-from proctor.runtime._operator import apply_amendment
 from proctor.runtime._outcome import Handoff
 from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
 from proctor.runtime._progress.normalize import fingerprint, prepare
@@ -94,7 +85,6 @@ from proctor.runtime._records import (
     ObservationKind,
     Proposal,
     Round,
-    StopReason,
     ToolCall,
     ToolResult,
     ToolStatus,
@@ -108,13 +98,23 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import AbandonVerify, VerifierInbound, VerifyRequest, VerifyResult
 
-__all__ = ("CallCallback", "Controller", "StepCallback", "StopRequest", "Wake", "proposal_refusal")
+__all__ = (
+    "CallCallback",
+    "Controller",
+    "Inbound",
+    "StepCallback",
+    "StopRequest",
+    "Wake",
+    "proposal_refusal",
+)
 
+from proctor.runtime._control.endings import Endings
+from proctor.runtime._control.notes import Inbound, OperatorNotes, StopRequest, Wake
 from proctor.runtime._control.trace import (
     _action_event,
+    _claim_event,
     _describe,
     _excerpt,
-    _handoff,
     _message_event,
     briefing,
 )
@@ -123,45 +123,9 @@ log = get_logger()
 
 StepCallback = Callable[[TraceRecord], None]
 
-
-@attrs.frozen
-class StopRequest:
-    """
-    End the run ``stopped``: a signal to the host (``stop_signal``: SIGTERM) or a
-    person (``user_stop``: SIGINT, ``proctor stop``).
-    """
-
-    name: Literal["stop_signal", "user_stop"]
-    who: str = ""
-    why: str = ""
-
-
-@attrs.frozen
-class Wake:
-    """An operator's note is in the journal: read the notes before going on."""
-
-
-Inbound = (
-    Proposal
-    | ActorFinished
-    | ActorCrashed
-    | ActorSpend
-    | VerifyResult
-    | AccountantReply
-    | StopRequest
-    | Wake
-)
-
-#: The notes a person writes to a running run.
-OPERATOR_NOTES = ("stop", "amend", "retune-request", "answer", "approval")
-
 #: Called with the step number and the call just before a tool call runs (a live view).
 CallCallback = Callable[[int, ToolCall], None]
 
-#: How many proposals an actor may still send after the run ended; each is refused.
-AFTER_END_LIMIT = 16
-#: How long the controller waits for each of them.
-AFTER_END_WAIT = 2.0
 #: How often a write found not applied is sent again (with the same key).
 MAX_EFFECT_RETRIES = 3
 
@@ -254,16 +218,6 @@ def proposal_refusal(proposal: Proposal, registry: ToolRegistry, limits: Limits)
     return None
 
 
-def _claim_event(claim: Claim) -> dict[str, Any]:
-    return {
-        "type": "claim",
-        "status": claim.status,
-        "condition": claim.condition,
-        "evidence": list(claim.evidence),
-        "reason": claim.reason,
-    }
-
-
 def _call_amounts(call: ToolCall, spec: ToolSpec | None = None) -> dict[str, float]:
     """What one tool call costs: a call in all, one of its tool, one of its own dimension."""
     amounts = {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
@@ -273,7 +227,7 @@ def _call_amounts(call: ToolCall, spec: ToolSpec | None = None) -> dict[str, flo
 
 
 @attrs.define(eq=False)
-class Controller:
+class Controller(Endings, OperatorNotes):
     """
     The controller of one run. Create it through :func:`run`.
 
@@ -564,71 +518,6 @@ class Controller:
             # Stray replies (none are expected) are dropped.
         await self._end()
 
-    async def _retune(self, note_id: int, body: Mapping[str, Any]) -> None:
-        """Hand an operator's change of limits to the accountant, one limit at a time."""
-        reasons: list[str] = []
-        applied = False
-        below: StopReason | None = None
-        for dimension, limit in body["limits"].items():
-            ref = self._next_ref()
-            await self.to_accountant.send(
-                RetuneLimit(
-                    ref,
-                    dimension,
-                    float(limit),
-                    body["who"],
-                    body["why"],
-                    below_spent=bool(body.get("below_spent", False)),
-                )
-            )
-            reply = await self._reply(ref, (Retuned, Rejected))
-            if isinstance(reply, Retuned):
-                applied = True
-                self.remaining = reply.remaining
-                old = reply.retune.old
-                was = "no limit" if old is None else f"{old:g}"
-                reason = (
-                    f"{body['who']} set the {dimension} limit from {was} to "
-                    f"{reply.retune.new:g}: {body['why']}"
-                )
-                left = reply.remaining.get(dimension)
-                if left is not None and left <= 0 and below is None:
-                    below = StopReason(
-                        code=f"limit:{dimension}",
-                        message=f"budget exhausted: {body['who']} lowered the {dimension} limit "
-                        f"to {reply.retune.new:g}, at or below what is spent: {body['why']}",
-                        owner="operator",
-                        limit=dimension,
-                        bound=reply.retune.new,
-                        scope="task",
-                    )
-            else:
-                reason = f"the {dimension} limit was not changed: {reply.reason}"
-            await self._record("retune", Ruling(Decision.CONTINUE, False, reason))
-            reasons.append(reason)
-            self._note = reason
-        await self._answer_note(note_id, applied, "; ".join(reasons))
-        if below is not None:
-            exhausted = below
-            await self._wrap_up(
-                lambda: self.judge.exhausted(exhausted), {"type": "signal", "name": "deadline"}
-            )
-
-    async def _answer_note(
-        self, note_id: int, applied: bool, message: str, step: int | None = None
-    ) -> None:
-        """Tell the operator who wrote note ``note_id`` what became of it (at ``step``)."""
-        await self.journal.add_note(
-            self.run_id,
-            "reply",
-            {
-                "to": note_id,
-                "outcome": "applied" if applied else "refused",
-                "step": self.step if step is None else step,
-                "message": message,
-            },
-        )
-
     async def _actor_spend(self, spend: ActorSpend) -> None:
         """Settle what the actor's last turn used against what was reserved for it."""
         amounts: dict[str, float] = {}
@@ -642,72 +531,6 @@ class Controller:
             amounts["retries"] = float(spend.retries)
         grant, self._model_grant = self._model_grant, None
         await self._settle(grant, amounts)
-
-    async def _amendments(self) -> None:
-        """
-        Apply the operator's journaled amendments of the contract, in order.
-
-        The notes are read only when the last step's write reported a note the
-        controller has not seen (or before the first step): an operator's note
-        is applied before the step after the one that revealed it.
-        """
-        newest = self._notes_newest
-        if newest is not None and newest <= self._notes_seen:
-            return
-        kinds = (NoteKind.AMEND, NoteKind.RETUNE_REQUEST)
-        notes = await self.journal.notes(self.run_id, after=self._notes_seen, kinds=kinds)
-        # Notes up to the step's newest were all read, operators' or not.
-        self._notes_seen = max(self._notes_seen, newest or 0)
-        if newest is None:
-            self._notes_newest = self._notes_seen
-        for note in notes:
-            self._notes_seen = max(self._notes_seen, note["id"])
-            body = note["body"]
-            if self.judge.terminal:
-                await self._answer_note(note["id"], False, "the run has ended")
-                continue
-            if note["kind"] == NoteKind.RETUNE_REQUEST:
-                await self._retune(note["id"], body)
-                continue
-            if note["kind"] != NoteKind.AMEND:
-                continue
-            try:
-                self.task = apply_amendment(self.task, body)
-            except ProctorError as exc:
-                await self._answer_note(note["id"], False, str(exc))
-                continue
-            self.judge.amend(self.task.facts(self.registry.specs()), self.task.contract_version)
-            await self.journal.put_task(
-                self.task_id, self.task.goal, self.task.describe(), self.task.contract_version
-            )
-            reason = (
-                f"the contract was amended by {body.get('who', 'an operator')}: "
-                f"{body.get('why', '')}; earlier evidence is stale"
-            )
-            await self._record("amend", Ruling(Decision.CONTINUE, False, reason))
-            self._note = reason
-            await self._answer_note(note["id"], True, reason)
-
-    # -- people in the loop ---------------------------------------------------------
-
-    def _signal(self, message: StopRequest | Wake) -> None:
-        """Take a stop request or a wake-up that arrived while waiting for something else."""
-        if isinstance(message, Wake):
-            self._notes_newest = None  # read the notes before the next step
-            return
-        # The design's precedence: an explicit stop signal outranks a user's stop.
-        if self._stop is None or (self._stop.name == "user_stop" and message.name == "stop_signal"):
-            self._stop = message
-
-    def interrupt(self, request: StopRequest) -> None:
-        """
-        Stop the run: the call in flight (a long command) is interrupted and its
-        effect left uncertain; the controller ends the run ``stopped`` before its
-        next step. Safe to call from any task of the run's event loop.
-        """
-        self._signal(request)
-        if self._call_scope is not None:
-            self._call_scope.cancel()
 
     async def _interruptible(self, call: ToolCall) -> ToolResult:
         """Call a tool; a stop interrupts it, and its outcome is then uncertain."""
@@ -723,194 +546,6 @@ class Controller:
             ToolStatus.UNCERTAIN,
             "interrupted: the run was stopped while the call ran; its effect is uncertain",
         )
-
-    async def _stopped(self, request: StopRequest) -> None:
-        """End the run ``stopped``, journaled with who stopped it and why."""
-        why, who = request.why.strip(), request.who.strip()
-        if who:
-            why = f"{why} ({who})" if why else f"by {who}"
-        ruling = self.judge.signal(request.name, why)
-        await self._record("ended", ruling, event={"type": "signal", "name": request.name})
-
-    async def watch(self, inbox: ObjectSendStream[Inbound]) -> None:
-        """
-        Beat for the run's host and read the operators' notes, until cancelled.
-
-        Every ``heartbeat_seconds`` the journal hears that the host is alive (and
-        what the run waits for); every ``poll_seconds`` the run's new operator
-        notes are read: a stop interrupts the call in flight, any other note
-        wakes the controller if it waits for the actor, an answer or an approval.
-        """
-        async with inbox:
-            beat_due = time.monotonic() + self.heartbeat_seconds
-            while True:
-                await anyio.sleep(min(self.poll_seconds, max(0.0, beat_due - time.monotonic())))
-                try:
-                    if time.monotonic() >= beat_due:
-                        beat_due = time.monotonic() + self.heartbeat_seconds
-                        await self.journal.heartbeat(self.run_id, self.epoch, waiting=self._waiting)
-                    notes = await self.journal.notes(
-                        self.run_id, after=self._watch_seen, kinds=OPERATOR_NOTES
-                    )
-                except ProctorError as exc:
-                    log.warning("controller.watch_failed", error=str(exc))
-                    continue
-                for note in notes:
-                    self._watch_seen = max(self._watch_seen, note["id"])
-                    if note["kind"] == "stop":
-                        body = note["body"]
-                        request = StopRequest(
-                            "user_stop", str(body.get("who", "")), str(body.get("why", ""))
-                        )
-                        self.interrupt(request)
-                        await inbox.send(request)
-                    else:
-                        await inbox.send(Wake())
-
-    async def _beat(self) -> None:
-        """Say now what the run waits for (the heartbeat would say it later)."""
-        with contextlib.suppress(ProctorError):
-            await self.journal.heartbeat(self.run_id, self.epoch, waiting=self._waiting)
-
-    async def _wait_for(
-        self, kind: str, after: int, seconds: float, why: str
-    ) -> Mapping[str, Any] | None:
-        """
-        Wait, working time paused, for an operator's note of ``kind`` after note
-        ``after``; None when ``seconds`` passed, the run was stopped or the wall
-        clock ran out first (the controller then acts on that).
-        """
-        self._waiting = kind
-        await self._beat()
-        await channels.send(self.to_accountant, Pause(self._next_ref(), why))
-        try:
-            with anyio.move_on_after(seconds):
-                while True:
-                    found = await self.journal.notes(self.run_id, after=after, kinds=(kind,))
-                    if found:
-                        return found[0]
-                    message = await channels.receive(self.inbox)
-                    if isinstance(message, Deadline):
-                        self._deadline = message
-                        return None
-                    if isinstance(message, StopRequest):
-                        self._signal(message)
-                        return None
-                    if isinstance(message, Wake):
-                        # An amendment or a retune is applied while the run waits.
-                        self._notes_newest = None
-                        await self._amendments()
-                        if self.judge.terminal:
-                            return None
-                    else:
-                        self._stash.append(message)
-            return None
-        finally:
-            with anyio.move_on_after(5, shield=True):
-                self._waiting = None
-                await channels.send(self.to_accountant, Resume(self._next_ref()))
-                await self._beat()
-
-    async def _ask(self, claim: Claim) -> None:
-        """
-        A ``needs_input`` claim that names what it must: journal the question and
-        wait for a person's answer; past the task's ``answer_wait`` the run ends
-        ``needs_input`` as the claim asked.
-        """
-        question = claim.condition.strip()
-        ruling = Ruling(
-            Decision.CONTINUE,
-            False,
-            f"waiting up to {self.task.answer_wait:g} s for an answer: {question}",
-        )
-        # No trajectory event: a recorded trajectory holds the answer (a user event)
-        # or, past the wait, the claim that ended the run.
-        await self._record("question", ruling, event=None)
-        asked = await self.journal.add_note(
-            self.run_id,
-            "question",
-            {
-                "condition": question,
-                "evidence": list(claim.evidence),
-                "reason": claim.reason,
-                "step": self.step,
-            },
-        )
-        log.warning(
-            "controller.waiting_for_answer",
-            question=question,
-            answer=f'proctor answer {self.run_id} "..."',
-            wait_seconds=self.task.answer_wait,
-        )
-        note = await self._wait_for("answer", asked, self.task.answer_wait, f"answer: {question}")
-        if note is None:
-            if self._stop is not None or self._deadline is not None or self.judge.terminal:
-                return
-            ruling = self.judge.claim(claim)
-            await self._record("claim", ruling, event=_claim_event(claim))
-            return
-        body = note["body"]
-        text, who = str(body.get("text", "")), str(body.get("who", "") or "a person")
-        ruling = attrs.evolve(self.judge.user(text), reason=f"{who} answered: {text}")
-        await self._record("user", ruling, event={"type": "user", "text": text})
-        await self._answer_note(note["id"], True, "delivered to the actor")
-        await self._observe(
-            ObservationKind.ANSWER, f"{who} answered your question ({question}):\n{text}"
-        )
-
-    def _approval_needed(self, call: ToolCall) -> bool:
-        if not self.task.approvals:
-            return False
-        return any(rule.matches(call.tool, self._target(call)) for rule in self.task.approvals)
-
-    def _target(self, call: ToolCall) -> str | None:
-        """What an approval pattern is matched against: the call's target argument."""
-        try:
-            spec = self.registry.spec(call.tool)
-        except (KeyError, ProctorError):
-            return None
-        for name in (*spec.targets, *spec.paths, *((spec.source,) if spec.source else ())):
-            value = call.args.get(name)
-            if isinstance(value, str):
-                return value
-        return None
-
-    async def _approval(self, call: ToolCall) -> str | None:
-        """Wait for a person to approve ``call``; the reason it is refused, or None."""
-        target = self._target(call)
-        shown = f"{call.tool} {target}" if target is not None else call.tool
-        request = await self.journal.add_note(
-            self.run_id,
-            "approval-request",
-            {"tool": call.tool, "args": call.args, "target": target, "step": self.step + 1},
-        )
-        # A warning: the person at the host's terminal sees it at the default level.
-        log.warning(
-            "controller.waiting_for_approval",
-            call=shown,
-            approve=f"proctor approve {self.run_id}",
-            deny=f"proctor deny {self.run_id} --why ...",
-        )
-        note = await self._wait_for(
-            "approval", request, self.task.approval_wait, f"approval: {shown}"
-        )
-        if note is None:
-            if self._stop is not None or self._deadline is not None or self.judge.terminal:
-                return f"approval: the run is ending; {shown} was not sent"
-            return (
-                f"approval: no one approved {shown} within {self.task.approval_wait:g} s; "
-                "the call was not sent"
-            )
-        body = note["body"]
-        who = str(body.get("who", "") or "an operator")
-        if body.get("approved"):
-            await self._answer_note(note["id"], True, f"{shown} runs", self.step + 1)
-            return None
-        why = str(body.get("why", "")).strip() or "no reason given"
-        await self._answer_note(
-            note["id"], True, f"{shown} was not sent; the actor is told why", self.step + 1
-        )
-        return f"denied by {who}: {why}; {shown} was not sent"
 
     def _refusal(self, proposal: Proposal) -> str | None:
         return proposal_refusal(proposal, self.registry, self.task.limits)
@@ -1266,22 +901,7 @@ class Controller:
         """
         current = await self._digest(full=True)
         self.judge.observe_candidate(current)
-        known = self.judge.evidence.get((current, self.judge.contract_version), {})
-        names = [c.name for c in self.task.all_checks()]
-        judged_here = (current, self.judge.contract_version) in self._judged_here
-        if judged_here and names and all(name in known for name in names):
-            accepted = self.judge.accept()
-            if accepted is not None:
-                # Judged already (perhaps by a run whose host died before it ended).
-                await self._record("verdict", accepted)
-                return
-            failing = [n for n in names if not known[n]]
-            if report:
-                await self._observe(
-                    ObservationKind.VERDICT,
-                    "this candidate was already judged: "
-                    + (f"failing {', '.join(failing)}" if failing else "every check passed"),
-                )
+        if await self._judged_already(current, report):
             return
         snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
         try:
@@ -1329,6 +949,34 @@ class Controller:
                 ObservationKind.VERDICT, "verification abandoned: the run is being stopped"
             )
             return
+        await self._bind(result, report)
+
+    async def _judged_already(self, current: str, report: bool) -> bool:
+        """
+        Whether this controller already judged candidate ``current`` on every check:
+        then it is accepted (or the actor told, if it asked, what failed) unverified.
+        """
+        known = self.judge.evidence.get((current, self.judge.contract_version), {})
+        names = [c.name for c in self.task.all_checks()]
+        judged_here = (current, self.judge.contract_version) in self._judged_here
+        if not (judged_here and names and all(name in known for name in names)):
+            return False
+        accepted = self.judge.accept()
+        if accepted is not None:
+            # Judged already (perhaps by a run whose host died before it ended).
+            await self._record("verdict", accepted)
+            return True
+        failing = [n for n in names if not known[n]]
+        if report:
+            await self._observe(
+                ObservationKind.VERDICT,
+                "this candidate was already judged: "
+                + (f"failing {', '.join(failing)}" if failing else "every check passed"),
+            )
+        return True
+
+    async def _bind(self, result: VerifyResult, report: bool) -> None:
+        """Journal the verifier's evidence, feed each verdict to the judge, tell the actor."""
         self._judged_here.add((result.digest, self.task.contract_version))
         # Whatever changed while the checks ran makes their evidence stale.
         self.judge.observe_candidate(await self._digest())
@@ -1373,144 +1021,3 @@ class Controller:
         if (last is not None and last.decision is Decision.STOP) or not report:
             return
         await self._observe(ObservationKind.VERDICT, "\n".join(lines))
-
-    # -- endings ------------------------------------------------------------------------
-
-    async def _wrap_up(
-        self, otherwise: Callable[[], Ruling], event: dict[str, Any] | None = None
-    ) -> None:
-        """Verify the candidate with the controller's reserve; end otherwise if it fails."""
-        if self.task.kind == "build" and self.task.checks:
-            await self._verify(report=False)
-        # A stop during that verification ends the run stopped instead.
-        if not self.judge.terminal and self._stop is None:
-            await self._record("ended", otherwise(), event=event)
-
-    async def _exhausted(self, exhaustion: Exhaustion) -> None:
-        reason = StopReason(
-            code=f"limit:{exhaustion.limit}",
-            message=f"budget exhausted: {exhaustion.describe()}",
-            owner="operator",
-            limit=exhaustion.limit,
-            value=exhaustion.value,
-            bound=exhaustion.bound,
-            scope=exhaustion.scope,
-        )
-        await self._wrap_up(
-            lambda: self.judge.exhausted(reason), {"type": "signal", "name": "deadline"}
-        )
-
-    async def _on_deadline(self, deadline: Deadline) -> None:
-        self._deadline = None
-        if deadline.hard:
-            reason = StopReason(
-                code=f"limit:{deadline.exhaustion.limit}",
-                message=f"deadline: {deadline.exhaustion.describe()}",
-                owner="operator",
-                limit=deadline.exhaustion.limit,
-                value=deadline.exhaustion.value,
-                bound=deadline.exhaustion.bound,
-                scope=deadline.exhaustion.scope,
-            )
-            await self._record(
-                "ended", self.judge.exhausted(reason), event={"type": "signal", "name": "deadline"}
-            )
-            return
-        await self._exhausted(deadline.exhaustion)
-
-    async def _end(self) -> None:
-        """Fence the run, tell the actor, refuse whatever it still sends."""
-        assert self.judge.disposition is not None
-        self.final_digest = await self._digest(full=True)
-        # Charge the time since the last settlement first: the handoff's spend is
-        # the run's whole spend, not what it was at the last step.
-        await self._settle(None, {})
-        spend = await self.journal.spend_totals(self.task_id)
-        # The task's evidence, from every run: a resumed run hands off what it inherited.
-        records = await self.journal.evidence(task_id=self.task_id)
-        evidence = [converter.structure(r, Evidence) for r in records]
-        self.handoff = _handoff(
-            self.run_id,
-            self.judge,
-            self.effects,
-            spend,
-            self.final_digest,
-            evidence,
-            sandboxed=self.task.sandbox.mode != "off",
-            answer=self.answer,
-            cited=tuple(self.cited),
-            answer_task=self.task.kind == "answer",
-        )
-        await self._snapshot()
-        # From here on the journal itself refuses effect dispatches for this run.
-        await self.journal.end_run(
-            self.run_id,
-            self.epoch,
-            disposition=self.judge.disposition.value,
-            stop_reason=to_jsonable(self.judge.stop_reason) if self.judge.stop_reason else None,
-            candidate_digest=self.final_digest,
-            handoff=to_jsonable(self.handoff),
-        )
-        ended = Observation(
-            step=self.step,
-            kind=ObservationKind.ENDED,
-            text=f"the run has ended: {self.judge.disposition.value}"
-            + (f" ({self.judge.stop_reason.message})" if self.judge.stop_reason else ""),
-            remaining=dict(self.remaining),
-            disposition=self.judge.disposition,
-        )
-        # An actor still busy with an earlier observation is not waited for.
-        with contextlib.suppress(
-            anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError
-        ):
-            self.to_actor.send_nowait(ended)
-        with anyio.move_on_after(AFTER_END_WAIT * AFTER_END_LIMIT):
-            # A stopped run does not wait for the actor: a person asked it to end now.
-            drain = 0 if self._actor_done or self._stop is not None else AFTER_END_LIMIT
-            for _ in range(drain):
-                with anyio.move_on_after(AFTER_END_WAIT) as scope:
-                    message = await self._receive()
-                if scope.cancelled_caught or isinstance(message, ActorFinished | ActorCrashed):
-                    break
-                bad = (
-                    self._refusal(message)
-                    if isinstance(message, ToolCall | Round | Message | Completion | Claim)
-                    else None
-                )
-                if bad is not None:
-                    ruling = Ruling(Decision.REFUSE, False, f"the run has ended; {bad}")
-                    await self._record("refused", ruling, event=None)
-                    await self._observe(ObservationKind.REFUSAL, ruling.reason)
-                elif isinstance(message, ToolCall | Round):
-                    calls = (message,) if isinstance(message, ToolCall) else message.calls
-                    for call in calls:
-                        refused = await self._dispatch(call)
-                        assert isinstance(refused, Refused)
-                        ruling = Ruling(Decision.REFUSE, False, refused.reason)
-                        result = ToolResult(ToolStatus.REFUSED, f"refused: {refused.reason}")
-                        await self._record(
-                            "action",
-                            ruling,
-                            action=normalized_action(call),
-                            result=result,
-                            event=None,
-                        )
-                        await self._observe(ObservationKind.REFUSAL, refused.reason, [result])
-                elif isinstance(message, Message | Completion | Claim):
-                    ruling = Ruling(Decision.REFUSE, False, "the run has ended")
-                    await self._record("message", ruling, event=None)
-                    await self._observe(ObservationKind.REFUSAL, "the run has ended")
-        self.actor_scope.cancel()
-
-    async def _snapshot(self, record: TraceRecord | None = None) -> None:
-        """
-        Journal the decision core for a later resume: at the end of the run (no
-        ``record``), and every ``SNAPSHOT_EVERY`` steps (``record``: the step just
-        journaled) until it has a disposition (the end's snapshot covers the rest).
-        """
-        if record is None:
-            await save_snapshot(self.journal, self.run_id, self.judge, self.step, final=True)
-        elif not self.judge.terminal and snapshot_due(self.step, self._snapshot_step):
-            self._snapshot_step = self.step
-            round_id = (record.event or {}).get("round")
-            await save_snapshot(self.journal, self.run_id, self.judge, self.step, round_id=round_id)

@@ -270,6 +270,8 @@ async def load_history(
         snapshots: start from the latest usable snapshot of the decision core; False
             feeds it every journaled step (what a resume does without a snapshot).
     """
+    # Kept whole: the snapshot, the steps after it and the summary are read in one pass over the
+    # task's runs, in order.
     current = judge.digest
     version = judge.contract_version
     runs = sorted(

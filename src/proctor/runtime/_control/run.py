@@ -710,6 +710,8 @@ async def _run(
     answer: str | None = None,
     on_call: CallCallback | None = None,
 ) -> RunResult:
+    # Kept whole: it makes the four tasks' channels and hands each end to its one owner; split, the
+    # ends would travel through helpers and their ownership blur.
     takeover = claimed is not None and claimed.previous_epoch > 0
     inherits = parent_run_id is not None or takeover
     estimate = getattr(actor, "estimate", None)
@@ -885,9 +887,12 @@ async def _run(
                     await controller.run(greeting, answer=answer)
             finally:
                 watch_scope.cancel()
-                # Ending a run ends its children: nothing is orphaned.
+                # Ending a run ends its children: nothing is orphaned. Then
+                # whatever still carries the run's marker (a sandbox's inner
+                # processes outlive their launcher's group by a moment).
                 with anyio.move_on_after(10, shield=True):
                     await groups.terminate_all()
+                    await end_groups(sorted(await anyio.to_thread.run_sync(_groups_of, run_id)))
                 actor_scope.cancel()
                 hasher.close()
     except BaseExceptionGroup as group:

@@ -13,6 +13,7 @@ from proctor.runtime._effects.ledger import EffectLedger, EffectState
 from proctor.runtime._outcome import Handoff
 from proctor.runtime._progress.judge import Judge
 from proctor.runtime._records import (
+    Claim,
     Disposition,
     Message,
     ToolCall,
@@ -72,6 +73,16 @@ def _action_event(
         # The workspace's digest after the action, exactly: a replay needs no model.
         event["candidate"] = candidate
     return event
+
+
+def _claim_event(claim: Claim) -> dict[str, Any]:
+    return {
+        "type": "claim",
+        "status": claim.status,
+        "condition": claim.condition,
+        "evidence": list(claim.evidence),
+        "reason": claim.reason,
+    }
 
 
 def _message_event(message: Message) -> dict[str, Any]:
@@ -149,6 +160,8 @@ def _handoff(
     cited: Sequence[str] = (),
     answer_task: bool = False,
 ) -> Handoff:
+    # Kept whole: every field of the handoff is read off the same sorted evidence, effects and
+    # spend, in one pass; apart, each piece would sort them again.
     assert judge.disposition is not None
     latest: dict[str, Evidence] = {}
     version = judge.contract_version

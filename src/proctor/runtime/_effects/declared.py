@@ -179,6 +179,8 @@ def _names(value: Any, where: str, args: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def _one(raw: Any, where: str) -> DeclaredTool:
+    # Kept whole: one declared tool's table is checked key by key, each error naming its key, in the
+    # order a person reads the table.
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a table")
     for key in raw:

@@ -489,6 +489,8 @@ def gateway_server(
     Raises:
         ConfigError: a task tool is named like one of the gateway's own.
     """
+    # Kept whole: the MCP server's handlers close over one actor, task and registry; they read best
+    # next to each other.
     clash = [n for n in registry.names() if n in GATEWAY_TOOLS]
     if clash:
         raise ConfigError(
@@ -714,6 +716,8 @@ async def serve_gateway(
     Raises:
         ConfigError: a bad transport, host or tool name, or a port in use.
     """
+    # Kept whole: the transport, the signal handling and the run share one task group and its cancel
+    # scope.
     if transport not in ("stdio", "http"):
         raise ConfigError(f"transport must be 'stdio' or 'http', got {transport!r}")
     if answer is not None and resume_run is None:

@@ -37,6 +37,8 @@ def detect_format(path: str | Path) -> str:
     Raises:
         TranscriptError: the file cannot be read or is none of :data:`FORMATS`.
     """
+    # Kept whole: each format's signature is tried in order on one parsed file; the order is the
+    # rule.
     p = str(path)
     if os.path.isdir(p):
         return "openhands"

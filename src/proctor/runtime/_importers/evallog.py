@@ -80,6 +80,8 @@ def _inspect_passed(v: Any) -> bool:
 
 
 def import_inspect(path: str | Path, index: int = 0) -> Converted:
+    # Kept whole: one pass over the transcript's records, in order, keeping the state the next
+    # record needs (the open call, the round).
     samples = inspect_samples(path)
     req(samples, path, "samples", "at least one sample")
     req(0 <= index < len(samples), path, f"sample {index}", f"a sample index below {len(samples)}")

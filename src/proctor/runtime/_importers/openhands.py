@@ -147,6 +147,8 @@ def _oh_v1_event(ev: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def import_openhands(path: str | Path, index: int = 0) -> Converted:
+    # Kept whole: one pass over the transcript's records, in order, keeping the state the next
+    # record needs (the open call, the round).
     runs = openhands_runs(path)
     req(0 <= index < len(runs), path, f"run {index}", f"a run index below {len(runs)}")
     run = runs[index]

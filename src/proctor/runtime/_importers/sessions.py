@@ -104,6 +104,8 @@ _CLAUDE_NOISE = re.compile(
 
 
 def import_claude(path: str | Path) -> Converted:
+    # Kept whole: one pass over the transcript's records, in order, keeping the state the next
+    # record needs (the open call, the round).
     rows = load_jsonl(path)
     results: dict[str, tuple[int, Any, Any]] = {}
     for n, r in rows:
@@ -353,6 +355,8 @@ _CODEX_NOISE = re.compile(
 
 
 def import_codex(path: str | Path) -> Converted:
+    # Kept whole: one pass over the transcript's records, in order, keeping the state the next
+    # record needs (the open call, the round).
     rows = load_jsonl(path)
     req(rows, path, "file", "at least one rollout line")
     outs: dict[str, tuple[int, Any]] = {}

@@ -83,6 +83,8 @@ def _mini_actions(m: dict[str, Any], path: str | Path, where: str) -> list[str]:
 
 
 def import_mini(path: str | Path, report: str | Path | None = None) -> Converted:
+    # Kept whole: one pass over the transcript's records, in order, keeping the state the next
+    # record needs (the open call, the round).
     data = load_json(path)
     info: Any = {}
     if isinstance(data, list):

@@ -6,7 +6,9 @@ embedded default, one SQLite file (``sqlite``), and PostgreSQL for many hosts
 (``postgres``). They never import each other; what they share lives once:
 records and the interface (``base``), row codecs and argument checks
 (``rows``), both dialects' schemas side by side (``schema``) and the crash hook
-(``crash``). Only ``open`` knows both backends.
+(``crash``). Each backend's SQL is a module of its own (``sqlite_sql``,
+``postgres_sql``), and the SQLite backend's plumbing below aiosqlite is
+``sqlite_io``. Only ``open`` knows both backends.
 """
 
 from proctor.runtime._journal.base import EFFECT_STATES as EFFECT_STATES

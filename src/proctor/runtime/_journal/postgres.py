@@ -71,6 +71,7 @@ from proctor.runtime._journal.base import (
     Synchronous,
 )
 from proctor.runtime._journal.crash import boundaries
+from proctor.runtime._journal.postgres_sql import STEP_ORDER, TABLES, Sql
 from proctor.runtime._journal.rows import (
     DISPOSITIONS,
     SpendRecord,
@@ -91,13 +92,7 @@ from proctor.runtime._journal.rows import (
     step_record,
     task_record,
 )
-from proctor.runtime._journal.schema import (
-    EFFECT_COLUMNS,
-    PG_MIGRATIONS,
-    RUN_COLUMNS,
-    SCHEMA_VERSION,
-    STEP_COLUMNS,
-)
+from proctor.runtime._journal.schema import PG_MIGRATIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -121,362 +116,6 @@ _EPOCH_RETRIES = 20
 
 #: The key of the advisory lock that serializes migrations (``proctor`` in ASCII).
 _MIGRATION_LOCK = 0x70726F63746F72
-
-# --------------------------------------------------------------------------------------
-# SQL: the schema and every statement. Nothing outside this section spells SQL.
-# --------------------------------------------------------------------------------------
-
-#: Now, in seconds since the Unix epoch, by the server's clock.
-_NOW = "extract(epoch FROM now())::float8"
-
-#: The fence of a write that belongs to a run, on ($run, $epoch): the run's row is
-#: locked FOR SHARE, so a claim that moves its epoch is ordered with the write.
-_FENCE = """
-    EXISTS (
-        SELECT 1 FROM runs
-        WHERE run_id = {run} AND epoch = {epoch} AND status {status}
-        FOR SHARE
-    )
-"""
-
-
-def _fence(run: str, epoch: str, *, running: bool) -> str:
-    return _FENCE.format(run=run, epoch=epoch, status="= 'running'" if running else "<> 'queued'")
-
-
-def _spend_rows(first: int) -> str:
-    """The insert of spend rows given as seven arrays, from parameter ``$first`` on."""
-    arrays = ", ".join(
-        f"${first + i}::{kind}[]"
-        for i, kind in enumerate(("text", "text", "text", "float8", "text", "text", "float8"))
-    )
-    return f"""
-        INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
-        SELECT u.task_id, u.run_id, u.dimension, u.amount, u.kind, u.note, u.at
-        FROM unnest({arrays})
-            WITH ORDINALITY AS u (task_id, run_id, dimension, amount, kind, note, at, n)
-        ORDER BY u.n
-    """
-
-
-_STEP_INSERT = """
-    INSERT INTO steps (
-        run_id, step, trace_id, kind, action, tool_status, result_fingerprint,
-        state_version, state_delta, remaining, decision, progress, reason,
-        stop_reason, disposition, policy_version, at, event, extra
-    )
-"""
-_STEP_VALUES = """
-    $1::text, $2::bigint, $3::text, $4::text, $5::text, $6::text, $7::text,
-    $8::bigint, $9::text, $10::text, $11::text, $12::boolean, $13::text,
-    $14::text, $15::text, $16::text, $17::float8, $18::text, $19::text
-"""
-_STEP_ORDER: tuple[str, ...] = (
-    "run_id",
-    "step",
-    "trace_id",
-    "kind",
-    "action",
-    "tool_status",
-    "result_fingerprint",
-    "state_version",
-    "state_delta",
-    "remaining",
-    "decision",
-    "progress",
-    "reason",
-    "stop_reason",
-    "disposition",
-    "policy_version",
-    "at",
-    "event",
-    "extra",
-)
-
-
-class _Sql:
-    """Every statement the PostgreSQL journal runs, by name."""
-
-    schema_table = """
-        CREATE TABLE IF NOT EXISTS proctor_schema (
-            version     integer NOT NULL,
-            migrated_at timestamptz NOT NULL DEFAULT now()
-        )
-    """
-    # The session's default synchronous_commit decides whether durable commits
-    # must raise it.
-    probe = """
-        SELECT to_regclass('proctor_schema') IS NOT NULL,
-               (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit')
-    """
-    schema_version = "SELECT coalesce(max(version), 0) FROM proctor_schema"
-    record_version = "INSERT INTO proctor_schema (version) VALUES ($1)"
-    migration_lock = "SELECT pg_advisory_xact_lock($1)"
-    tables = """
-        SELECT name FROM unnest($1::text[]) AS name WHERE to_regclass(name) IS NULL
-    """
-    begin = "BEGIN"
-    begin_durable = "BEGIN; SET LOCAL synchronous_commit = on"
-    commit = "COMMIT"
-    rollback = "ROLLBACK"
-
-    put_task = """
-        INSERT INTO tasks (task_id, goal, spec, contract_version, created_at)
-        VALUES ($1, $2, $3, $4, $5)
-        ON CONFLICT (task_id) DO UPDATE
-        SET spec = excluded.spec, contract_version = excluded.contract_version
-    """
-    get_task = """
-        SELECT task_id, goal, spec, contract_version, created_at
-        FROM tasks WHERE task_id = $1
-    """
-
-    # The epoch is computed in the insert itself; two concurrent ones may compute
-    # the same, and the loser is retried (runs_task_epoch).
-    create_run = """
-        INSERT INTO runs (
-            run_id, task_id, parent_run_id, epoch, status, policy, policy_version,
-            host, started_at
-        )
-        SELECT $1::text, $2::text, $3::text, coalesce(max(epoch), 0) + 1,
-               'running', $4::text, $5::text, $6::text, $7::float8
-        FROM runs WHERE task_id = $2::text
-        RETURNING epoch
-    """
-    end_run = """
-        UPDATE runs
-        SET status = $3, disposition = $3, stop_reason = $4, ended_at = $5,
-            candidate_digest = $6, handoff = $7
-        WHERE run_id = $1 AND epoch = $2 AND status = 'running'
-    """
-    run_fence = "SELECT status, epoch FROM runs WHERE run_id = $1"
-    run_fence_locked = "SELECT status, epoch FROM runs WHERE run_id = $1 FOR SHARE"
-    get_run = f"SELECT {RUN_COLUMNS} WHERE r.run_id = $1"
-    # A range over the primary key ("C" collation: code point order).
-    runs_by_prefix = f"""
-        SELECT {RUN_COLUMNS}
-        WHERE r.run_id >= $1 AND r.run_id < $2
-        ORDER BY r.run_id LIMIT 2
-    """
-    runs_by_prefix_scan = f"""
-        SELECT {RUN_COLUMNS}
-        WHERE starts_with(r.run_id, $1)
-        ORDER BY r.run_id LIMIT 2
-    """
-    list_runs = f"SELECT {RUN_COLUMNS} ORDER BY r.started_at DESC, r.seq DESC LIMIT $1"
-    runs_of_task = f"SELECT {RUN_COLUMNS} WHERE r.task_id = $1 ORDER BY r.epoch"
-    live_runs = f"SELECT {RUN_COLUMNS} WHERE r.status = 'running' ORDER BY r.started_at, r.seq"
-    live_runs_at = f"""
-        SELECT {RUN_COLUMNS} WHERE r.status = 'running' AND r.workspace = $1
-        ORDER BY r.started_at, r.seq
-    """
-    heartbeat = """
-        UPDATE runs
-        SET heartbeat_at = $3,
-            pid = coalesce($5::bigint, pid),
-            workspace = coalesce($6::text, workspace),
-            heartbeat_every = coalesce($7::float8, heartbeat_every),
-            waiting_since = CASE WHEN waiting IS NOT DISTINCT FROM $4::text
-                            THEN waiting_since ELSE $3 END,
-            waiting = $4::text
-        WHERE run_id = $1 AND epoch = $2 AND status = 'running'
-    """
-
-    append_step = f"""
-        {_STEP_INSERT}
-        SELECT {_STEP_VALUES}
-        WHERE {_fence("$1::text", "$20::bigint", running=False)}
-    """
-    # The deferred spend rows, the fenced step and the run's newest note id, in
-    # one statement: one round trip. A data-modifying WITH runs to completion
-    # whether or not the query reads it.
-    append_step_with_spend = f"""
-        WITH step AS (
-            {_STEP_INSERT}
-            SELECT {_STEP_VALUES}
-            WHERE {_fence("$1::text", "$20::bigint", running=False)}
-            RETURNING 1
-        ),
-        spent AS ({_spend_rows(21)})
-        SELECT (SELECT count(*) FROM step), (SELECT max(id) FROM notes WHERE run_id = $1::text)
-    """
-    add_spend_rows = _spend_rows(1)
-    # Inside a transaction that locked the run's row after checking its epoch.
-    insert_step = f"{_STEP_INSERT} VALUES ({_STEP_VALUES})"
-    steps = f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = $1 AND step > $2 ORDER BY step"
-    ending_step = f"""
-        SELECT {STEP_COLUMNS} FROM steps
-        WHERE run_id = $1 AND disposition IS NOT NULL ORDER BY step DESC LIMIT 1
-    """
-
-    record_dispatch = f"""
-        INSERT INTO effects (
-            key, run_id, task_id, step, tool, target, args_hash, state,
-            created_at, updated_at, outcome
-        )
-        SELECT $3::text, $1::text, $4::text, $5::bigint, $6::text, $7::text, $8::text,
-               'dispatched', $9::float8, $9::float8, NULL
-        WHERE {_fence("$1::text", "$2::bigint", running=True)}
-        ON CONFLICT (key) DO UPDATE
-        SET run_id = excluded.run_id, step = excluded.step, state = 'dispatched',
-            updated_at = excluded.updated_at, outcome = NULL
-        WHERE effects.args_hash = excluded.args_hash
-    """
-    dispatch_check = """
-        SELECT r.status, r.epoch, (SELECT e.args_hash FROM effects AS e WHERE e.key = $2)
-        FROM runs AS r WHERE r.run_id = $1
-    """
-    settle_effect = """
-        UPDATE effects SET state = $2, outcome = $3, updated_at = $4
-        WHERE key = $1
-    """
-    settle_effect_fenced = f"""
-        UPDATE effects SET state = $2, outcome = $3, updated_at = $4
-        WHERE key = $1 AND {_fence("$5::text", "$6::bigint", running=False)}
-    """
-    effect_exists = "SELECT 1 FROM effects WHERE key = $1"
-    effects = f"SELECT {EFFECT_COLUMNS} FROM effects"
-    effects_order = "ORDER BY created_at, seq"
-    effects_filters: Mapping[str, str] = {
-        "task_id": "task_id = {}",
-        "run_id": "run_id = {}",
-        "states": "state = ANY({}::text[])",
-    }
-
-    add_evidence = """
-        INSERT INTO evidence (
-            run_id, task_id, candidate_digest, contract_version, check_name, passed,
-            record, at
-        )
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-    """
-    evidence = "SELECT record FROM evidence"
-    evidence_order = "ORDER BY id"
-    evidence_filters: Mapping[str, str] = {
-        "task_id": "task_id = {}",
-        "run_id": "run_id = {}",
-    }
-
-    spend_totals = """
-        SELECT dimension, sum(amount) FROM spend
-        WHERE task_id = $1 AND kind = ANY($2::text[])
-        GROUP BY dimension ORDER BY dimension
-    """
-
-    spend_rows = """
-        SELECT dimension, amount, kind, at FROM spend WHERE run_id = $1 ORDER BY id
-    """
-
-    record_process = """
-        INSERT INTO processes (run_id, pgid, command, started_at) VALUES ($1, $2, $3, $4)
-    """
-    end_process = """
-        UPDATE processes SET ended_at = $4, how = $3
-        WHERE seq = (
-            SELECT seq FROM processes
-            WHERE run_id = $1 AND pgid = $2 AND ended_at IS NULL
-            ORDER BY started_at DESC LIMIT 1
-        )
-    """
-    processes = """
-        SELECT run_id, pgid, command, started_at, ended_at, how
-        FROM processes WHERE run_id = $1 ORDER BY started_at, pgid
-    """
-
-    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES ($1, $2, $3, $4) RETURNING id"
-    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = $1 AND id > $2 ORDER BY id"
-    notes_of_kinds = """
-        SELECT id, run_id, kind, body, at FROM notes
-        WHERE run_id = $1 AND id > $2 AND kind = ANY($3::text[]) ORDER BY id
-    """
-    put_snapshot = """
-        INSERT INTO snapshots (run_id, step, body, at) VALUES ($1, $2, $3, $4)
-        ON CONFLICT (run_id) DO UPDATE
-        SET step = excluded.step, body = excluded.body, at = excluded.at
-    """
-    snapshot = "SELECT body FROM snapshots WHERE run_id = $1"
-    latest_note = """
-        SELECT id, run_id, kind, body, at FROM notes
-        WHERE run_id = $1 AND kind = $2 ORDER BY id DESC LIMIT 1
-    """
-
-    # -- holders --------------------------------------------------------------------
-
-    hold_task = """
-        INSERT INTO holders (task_id, run_id, holder, since)
-        VALUES ($1, $2, $3, $4)
-        ON CONFLICT (task_id) DO UPDATE
-        SET run_id = excluded.run_id, holder = excluded.holder, since = excluded.since
-        WHERE holders.holder = $5
-        RETURNING holder
-    """
-    task_holder = "SELECT task_id, run_id, holder, since FROM holders WHERE task_id = $1"
-    release_task = "DELETE FROM holders WHERE task_id = $1 AND holder = $2"
-
-    # -- leases ---------------------------------------------------------------------
-
-    submit_run = """
-        INSERT INTO runs (
-            run_id, task_id, epoch, status, policy, policy_version, host, started_at
-        )
-        VALUES ($1, $2, 0, 'queued', $3, $4, '', $5)
-    """
-    # One statement: pick the oldest claimable run, skipping the rows other
-    # claimers hold, and take it under an epoch above every epoch of its task.
-    claim_run = f"""
-        WITH pick AS (
-            SELECT run_id, task_id, epoch FROM runs
-            WHERE status IN ('queued', 'running')
-              AND (status = 'queued' OR lease_until <= {_NOW})
-            ORDER BY started_at, seq
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED
-        )
-        UPDATE runs AS r
-        SET epoch = (SELECT max(o.epoch) FROM runs AS o WHERE o.task_id = pick.task_id) + 1,
-            status = 'running', owner = $1, host = $1,
-            lease_until = {_NOW} + $2::float8
-        FROM pick
-        WHERE r.run_id = pick.run_id
-        RETURNING r.run_id, r.task_id, r.epoch, pick.epoch
-    """
-    renew_lease = f"""
-        UPDATE runs SET lease_until = {_NOW} + $3::float8
-        WHERE run_id = $1 AND epoch = $2 AND status = 'running'
-    """
-    release_run = f"""
-        UPDATE runs
-        SET owner = NULL,
-            lease_until = CASE WHEN status = 'running' THEN {_NOW} ELSE NULL END
-        WHERE run_id = $1 AND epoch = $2 AND status <> 'queued'
-    """
-
-    @staticmethod
-    def filtered(
-        select: str,
-        filters: Mapping[str, str],
-        present: Sequence[str],
-        order: str,
-    ) -> str:
-        """Compose ``select`` with the filters named in ``present``, as $1, $2, ..."""
-        clauses = [filters[name].format(f"${n}") for n, name in enumerate(present, 1)]
-        where = " AND ".join(clauses)
-        return f"{select} WHERE {where} {order}" if where else f"{select} {order}"
-
-
-_TABLES: tuple[str, ...] = (
-    "proctor_schema",
-    "tasks",
-    "runs",
-    "steps",
-    "effects",
-    "evidence",
-    "spend",
-    "processes",
-    "notes",
-    "snapshots",
-)
-
 
 # --------------------------------------------------------------------------------------
 # The journal
@@ -561,7 +200,7 @@ class PgJournal:
 
     async def _setup(self) -> None:
         async with self._use("open") as conn:
-            probe = await conn.fetchrow(_Sql.probe)
+            probe = await conn.fetchrow(Sql.probe)
             assert probe is not None  # a SELECT without FROM returns one row
             exists, sync_default = probe
             # Durable commits need synchronous_commit raised only where the
@@ -571,14 +210,14 @@ class PgJournal:
             if version == SCHEMA_VERSION:
                 return
             async with self._transaction(conn):
-                await conn.execute(_Sql.migration_lock, _MIGRATION_LOCK)
-                await conn.execute(_Sql.schema_table)
+                await conn.execute(Sql.migration_lock, _MIGRATION_LOCK)
+                await conn.execute(Sql.schema_table)
                 # Read again under the lock: another host may have migrated since.
                 version = await self._schema_version(conn)
                 for script in PG_MIGRATIONS[version:]:
                     await conn.execute(script)
                 if version < SCHEMA_VERSION:
-                    await conn.execute(_Sql.record_version, SCHEMA_VERSION)
+                    await conn.execute(Sql.record_version, SCHEMA_VERSION)
             if version < SCHEMA_VERSION:
                 log.info(
                     "journal.migrated",
@@ -588,7 +227,7 @@ class PgJournal:
                 )
 
     async def _schema_version(self, conn: _Conn) -> int:
-        version = int(await conn.fetchval(_Sql.schema_version))
+        version = int(await conn.fetchval(Sql.schema_version))
         if version > SCHEMA_VERSION:
             raise SchemaError(
                 f"journal {self._url} has schema version {version}, but this proctor "
@@ -660,7 +299,7 @@ class PgJournal:
         rows, self._deferred = self._deferred, []
         try:
             with anyio.CancelScope(shield=True):
-                await conn.execute(_Sql.add_spend_rows, *_spend_arrays(rows))
+                await conn.execute(Sql.add_spend_rows, *_spend_arrays(rows))
         except BaseException:
             self._deferred[:0] = rows
             raise
@@ -688,7 +327,7 @@ class PgJournal:
     @contextlib.asynccontextmanager
     async def _transaction(self, conn: _Conn, *, durable: bool = False) -> AsyncIterator[None]:
         """Run the body in one transaction, committed durably if asked."""
-        await conn.execute(_Sql.begin_durable if durable and self._durable_set else _Sql.begin)
+        await conn.execute(Sql.begin_durable if durable and self._durable_set else Sql.begin)
         try:
             yield
         except (asyncpg.PostgresError, ProctorError):
@@ -698,11 +337,11 @@ class PgJournal:
                 anyio.CancelScope(shield=True),
                 contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError),
             ):
-                await conn.execute(_Sql.rollback)
+                await conn.execute(Sql.rollback)
             raise
         # Anything else (a cancellation) is left to _release, which waits for
         # the connection to settle and rolls the transaction back.
-        await conn.execute(_Sql.commit)
+        await conn.execute(Sql.commit)
 
     @contextlib.asynccontextmanager
     async def _durable(self, conn: _Conn) -> AsyncIterator[None]:
@@ -715,7 +354,7 @@ class PgJournal:
 
     async def _diagnose_run(self, conn: _Conn, run_id: str, what: str) -> tuple[str, int]:
         """Return the run's status and epoch, or raise RunNotFoundError."""
-        row = await conn.fetchrow(_Sql.run_fence, run_id)
+        row = await conn.fetchrow(Sql.run_fence, run_id)
         if row is None:
             raise RunNotFoundError(f"journal {self._url}: no run {run_id!r} ({what})")
         return str(row[0]), int(row[1])
@@ -732,7 +371,7 @@ class PgJournal:
         """Record a task, or update the spec and contract version of a known one."""
         async with self._use(f"record task {task_id}") as conn:
             await conn.execute(
-                _Sql.put_task, task_id, goal, dump(spec), contract_version, time.time()
+                Sql.put_task, task_id, goal, dump(spec), contract_version, time.time()
             )
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
@@ -743,7 +382,7 @@ class PgJournal:
             JournalError: no such task.
         """
         async with self._use(f"read task {task_id}") as conn:
-            row = await conn.fetchrow(_Sql.get_task, task_id)
+            row = await conn.fetchrow(Sql.get_task, task_id)
         if row is None:
             raise JournalError(f"journal {self._url}: no task {task_id!r}")
         return task_record(row)
@@ -772,7 +411,7 @@ class PgJournal:
         async with self._use(what) as conn:
             for _ in range(_EPOCH_RETRIES):
                 try:
-                    epoch = await conn.fetchval(_Sql.create_run, *args, time.time())
+                    epoch = await conn.fetchval(Sql.create_run, *args, time.time())
                 except asyncpg.UniqueViolationError as exc:
                     if exc.constraint_name == "runs_task_epoch":
                         continue  # a concurrent run of the task took that epoch
@@ -822,7 +461,7 @@ class PgJournal:
         what = "end"
         async with self._use(f"end run {run_id}") as conn:
             async with self._durable(conn):
-                status = await conn.execute(_Sql.end_run, *args)
+                status = await conn.execute(Sql.end_run, *args)
             if _count(status) != 1:
                 status, current = await self._diagnose_run(conn, run_id, what)
                 raise self._fenced(run_id, epoch, status, current, what)
@@ -835,7 +474,7 @@ class PgJournal:
             RunNotFoundError: no run has that id, or the prefix is short or ambiguous.
         """
         async with self._use(f"read run {run_id}") as conn:
-            rows = await conn.fetch(_Sql.get_run, run_id)
+            rows = await conn.fetch(Sql.get_run, run_id)
             if not rows and len(run_id) >= MIN_PREFIX:
                 rows = await conn.fetch(*_prefix_query(run_id))
         if len(rows) == 1:
@@ -852,13 +491,13 @@ class PgJournal:
     async def list_runs(self, limit: int = 50) -> list[RunRow]:
         """Return up to ``limit`` runs, newest first."""
         async with self._use("list runs") as conn:
-            rows = await conn.fetch(_Sql.list_runs, limit)
+            rows = await conn.fetch(Sql.list_runs, limit)
         return [run_row(row) for row in rows]
 
     async def runs_of_task(self, task_id: str) -> list[RunRow]:
         """Return a task's runs, oldest epoch first."""
         async with self._use(f"list runs of task {task_id}") as conn:
-            rows = await conn.fetch(_Sql.runs_of_task, task_id)
+            rows = await conn.fetch(Sql.runs_of_task, task_id)
         return [run_row(row) for row in rows]
 
     # No crash boundary: see Journal.heartbeat.
@@ -875,7 +514,7 @@ class PgJournal:
         """Say that a running run's host is alive (see :meth:`Journal.heartbeat`)."""
         async with self._use(f"beat for run {run_id}") as conn:
             status = await conn.execute(
-                _Sql.heartbeat,
+                Sql.heartbeat,
                 run_id,
                 epoch,
                 time.time(),
@@ -890,9 +529,9 @@ class PgJournal:
         """Return the runs still ``running``, oldest first (see :meth:`Journal.live_runs`)."""
         async with self._use("list running runs") as conn:
             if workspace is None:
-                rows = await conn.fetch(_Sql.live_runs)
+                rows = await conn.fetch(Sql.live_runs)
             else:
-                rows = await conn.fetch(_Sql.live_runs_at, workspace)
+                rows = await conn.fetch(Sql.live_runs_at, workspace)
         return [run_row(row) for row in rows]
 
     # -- leases -------------------------------------------------------------------------
@@ -912,10 +551,10 @@ class PgJournal:
         async with self._use(what) as conn:
             try:
                 await conn.execute(
-                    _Sql.submit_run, run_id, task_id, dump(policy), policy_version, time.time()
+                    Sql.submit_run, run_id, task_id, dump(policy), policy_version, time.time()
                 )
             except asyncpg.UniqueViolationError as exc:
-                if await conn.fetchrow(_Sql.run_fence, run_id) is not None:
+                if await conn.fetchrow(Sql.run_fence, run_id) is not None:
                     why = f"run {run_id!r} already exists"
                 else:
                     # (task_id, epoch 0) is taken.
@@ -942,7 +581,7 @@ class PgJournal:
             for _ in range(_EPOCH_RETRIES):
                 try:
                     async with self._durable(conn):
-                        row = await conn.fetchrow(_Sql.claim_run, worker, float(lease_seconds))
+                        row = await conn.fetchrow(Sql.claim_run, worker, float(lease_seconds))
                 except asyncpg.UniqueViolationError as exc:
                     if exc.constraint_name != "runs_task_epoch":
                         raise
@@ -976,7 +615,7 @@ class PgJournal:
         check_lease(lease_seconds)
         what = "renew the lease"
         async with self._use(f"{what} of run {run_id}") as conn:
-            status = await conn.execute(_Sql.renew_lease, run_id, epoch, float(lease_seconds))
+            status = await conn.execute(Sql.renew_lease, run_id, epoch, float(lease_seconds))
             if _count(status) == 1:
                 return True
             await self._diagnose_run(conn, run_id, what)
@@ -992,7 +631,7 @@ class PgJournal:
         """
         what = "release"
         async with self._use(f"{what} run {run_id}") as conn:
-            status = await conn.execute(_Sql.release_run, run_id, epoch)
+            status = await conn.execute(Sql.release_run, run_id, epoch)
             if _count(status) != 1:
                 await self._diagnose_run(conn, run_id, what)
 
@@ -1013,7 +652,7 @@ class PgJournal:
         async with self._use(what) as conn:
             try:
                 taken = await conn.fetch(
-                    _Sql.hold_task, task_id, run_id, holder, time.time(), replacing
+                    Sql.hold_task, task_id, run_id, holder, time.time(), replacing
                 )
             except asyncpg.ForeignKeyViolationError as exc:
                 raise JournalError(
@@ -1021,7 +660,7 @@ class PgJournal:
                 ) from exc
             if taken:
                 return None
-            rows = await conn.fetch(_Sql.task_holder, task_id)
+            rows = await conn.fetch(Sql.task_holder, task_id)
         # Released between the two statements: nobody holds it now, but not us either.
         return HolderRow(*rows[0]) if rows else HolderRow(task_id, "", "", 0.0)
 
@@ -1029,12 +668,12 @@ class PgJournal:
     async def release_task(self, task_id: str, holder: str) -> None:
         """Let go of the task if ``holder`` holds it (see :meth:`JournalLike.release_task`)."""
         async with self._use(f"release task {task_id}") as conn:
-            await conn.execute(_Sql.release_task, task_id, holder)
+            await conn.execute(Sql.release_task, task_id, holder)
 
     async def task_holder(self, task_id: str) -> HolderRow | None:
         """Return who holds the task, or None (see :meth:`JournalLike.task_holder`)."""
         async with self._use(f"read the holder of task {task_id}") as conn:
-            rows = await conn.fetch(_Sql.task_holder, task_id)
+            rows = await conn.fetch(Sql.task_holder, task_id)
         return HolderRow(*rows[0]) if rows else None
 
     # -- steps --------------------------------------------------------------------------
@@ -1057,7 +696,7 @@ class PgJournal:
             rows, self._deferred = self._deferred, []
             try:
                 row = await conn.fetchrow(
-                    _Sql.append_step_with_spend, *_step_args(params), epoch, *_spend_arrays(rows)
+                    Sql.append_step_with_spend, *_step_args(params), epoch, *_spend_arrays(rows)
                 )
             except asyncpg.UniqueViolationError as exc:
                 # The statement wrote nothing: the spend waits for the next operation.
@@ -1094,13 +733,13 @@ class PgJournal:
                 async with self._transaction(conn):
                     # The run's row stays locked until the commit: no claim can
                     # move its epoch under the batch.
-                    row = await conn.fetchrow(_Sql.run_fence_locked, run_id)
+                    row = await conn.fetchrow(Sql.run_fence_locked, run_id)
                     if row is None:
                         raise RunNotFoundError(f"journal {self._url}: no run {run_id!r} ({what})")
                     status, current = str(row[0]), int(row[1])
                     if current != epoch or status == "queued":
                         raise self._fenced(run_id, epoch, status, current, what)
-                    await conn.executemany(_Sql.insert_step, [_step_args(p) for p in params])
+                    await conn.executemany(Sql.insert_step, [_step_args(p) for p in params])
             except asyncpg.UniqueViolationError as exc:
                 raise self._duplicate_step(run_id, what) from exc
 
@@ -1111,13 +750,13 @@ class PgJournal:
     async def steps(self, run_id: str, *, after: int = 0) -> list[dict[str, Any]]:
         """Return a run's steps in order (see :meth:`Journal.steps`)."""
         async with self._use(f"read steps of run {run_id}") as conn:
-            rows = await conn.fetch(_Sql.steps, run_id, after)
+            rows = await conn.fetch(Sql.steps, run_id, after)
         return [step_record(row) for row in rows]
 
     async def ending_step(self, run_id: str) -> dict[str, Any] | None:
         """Return the last step with a disposition (see :meth:`Journal.ending_step`)."""
         async with self._use(f"read the ending step of run {run_id}") as conn:
-            row = await conn.fetchrow(_Sql.ending_step, run_id)
+            row = await conn.fetchrow(Sql.ending_step, run_id)
         return None if row is None else step_record(row)
 
     # -- effects ------------------------------------------------------------------------
@@ -1147,10 +786,10 @@ class PgJournal:
         what = f"dispatch of effect {key}"
         async with self._use(f"record {what}") as conn:
             async with self._durable(conn):
-                status = await conn.execute(_Sql.record_dispatch, *args)
+                status = await conn.execute(Sql.record_dispatch, *args)
             if _count(status) == 1:
                 return
-            row = await conn.fetchrow(_Sql.dispatch_check, run_id, key)
+            row = await conn.fetchrow(Sql.dispatch_check, run_id, key)
         if row is None:
             raise RunNotFoundError(f"journal {self._url}: no run {run_id!r} ({what})")
         status, current, known_hash = row
@@ -1186,12 +825,12 @@ class PgJournal:
         what = f"settle effect {key}"
         async with self._use(what) as conn:
             if fenced:
-                status = await conn.execute(_Sql.settle_effect_fenced, *args, run_id, epoch)
+                status = await conn.execute(Sql.settle_effect_fenced, *args, run_id, epoch)
             else:
-                status = await conn.execute(_Sql.settle_effect, *args)
+                status = await conn.execute(Sql.settle_effect, *args)
             if _count(status) == 1:
                 return
-            known = await conn.fetchval(_Sql.effect_exists, key)
+            known = await conn.fetchval(Sql.effect_exists, key)
             if known is not None and run_id is not None and epoch is not None:
                 status, current = await self._diagnose_run(conn, run_id, what)
                 raise self._fenced(run_id, epoch, status, current, what)
@@ -1209,7 +848,7 @@ class PgJournal:
         if states is not None:
             given["states"] = list(states)
         present = [name for name, value in given.items() if value is not None]
-        sql = _Sql.filtered(_Sql.effects, _Sql.effects_filters, present, _Sql.effects_order)
+        sql = Sql.filtered(Sql.effects, Sql.effects_filters, present, Sql.effects_order)
         async with self._use("read effects") as conn:
             rows = await conn.fetch(sql, *(given[name] for name in present))
         return [effect_row(row) for row in rows]
@@ -1236,7 +875,7 @@ class PgJournal:
             record_field(record, "at", "evidence"),
         )
         async with self._use(f"add evidence to run {run_id}") as conn:
-            await conn.execute(_Sql.add_evidence, *args)
+            await conn.execute(Sql.add_evidence, *args)
 
     async def evidence(
         self, *, run_id: str | None = None, task_id: str | None = None
@@ -1244,7 +883,7 @@ class PgJournal:
         """Return the evidence records that match every filter given, oldest first."""
         given = {"task_id": task_id, "run_id": run_id}
         present = [name for name, value in given.items() if value is not None]
-        sql = _Sql.filtered(_Sql.evidence, _Sql.evidence_filters, present, _Sql.evidence_order)
+        sql = Sql.filtered(Sql.evidence, Sql.evidence_filters, present, Sql.evidence_order)
         async with self._use("read evidence") as conn:
             rows = await conn.fetch(sql, *(given[name] for name in present))
         return [load(row[0]) for row in rows]
@@ -1283,13 +922,13 @@ class PgJournal:
     ) -> dict[str, float]:
         """Return a task's spend per dimension, summed over the rows of ``kinds``."""
         async with self._use(f"read spend of task {task_id}") as conn:
-            rows = await conn.fetch(_Sql.spend_totals, task_id, list(kinds))
+            rows = await conn.fetch(Sql.spend_totals, task_id, list(kinds))
         return {str(dimension): float(total) for dimension, total in rows}
 
     async def spend_rows(self, run_id: str) -> list[SpendRow]:
         """Return a run's spend rows (every kind) in the order they were written."""
         async with self._use(f"read spend of run {run_id}") as conn:
-            rows = await conn.fetch(_Sql.spend_rows, run_id)
+            rows = await conn.fetch(Sql.spend_rows, run_id)
         return [SpendRow(str(d), float(a), str(k), float(t)) for d, a, k, t in rows]
 
     # -- processes ----------------------------------------------------------------------
@@ -1298,18 +937,18 @@ class PgJournal:
     async def record_process(self, run_id: str, pgid: int, command: str) -> None:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as conn:
-            await conn.execute(_Sql.record_process, run_id, pgid, clean(command), time.time())
+            await conn.execute(Sql.record_process, run_id, pgid, clean(command), time.time())
 
     @boundaries("end_process")
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:
         """Mark the latest open record of a process group as ended; nothing if none is open."""
         async with self._use(f"end process group {pgid} of run {run_id}") as conn:
-            await conn.execute(_Sql.end_process, run_id, pgid, how, time.time())
+            await conn.execute(Sql.end_process, run_id, pgid, how, time.time())
 
     async def processes(self, run_id: str) -> list[ProcessRow]:
         """Return a run's process groups in the order they started."""
         async with self._use(f"read processes of run {run_id}") as conn:
-            rows = await conn.fetch(_Sql.processes, run_id)
+            rows = await conn.fetch(Sql.processes, run_id)
         return [ProcessRow(*row) for row in rows]
 
     # -- notes --------------------------------------------------------------------------
@@ -1318,7 +957,7 @@ class PgJournal:
     async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> int:
         """Journal a miscellaneous event of a run; return its id (see :meth:`Journal.add_note`)."""
         async with self._use(f"add note to run {run_id}") as conn:
-            return int(await conn.fetchval(_Sql.add_note, run_id, kind, dump(body), time.time()))
+            return int(await conn.fetchval(Sql.add_note, run_id, kind, dump(body), time.time()))
 
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
@@ -1326,15 +965,15 @@ class PgJournal:
         """Return a run's notes in order (see :meth:`Journal.notes`)."""
         async with self._use(f"read notes of run {run_id}") as conn:
             if kinds is None:
-                rows = await conn.fetch(_Sql.notes, run_id, after)
+                rows = await conn.fetch(Sql.notes, run_id, after)
             else:
-                rows = await conn.fetch(_Sql.notes_of_kinds, run_id, after, list(kinds))
+                rows = await conn.fetch(Sql.notes_of_kinds, run_id, after, list(kinds))
         return note_records(rows)
 
     async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None:
         """Return a run's newest note of ``kind``, or None (see :meth:`Journal.latest_note`)."""
         async with self._use(f"read the latest {kind} note of run {run_id}") as conn:
-            rows = await conn.fetch(_Sql.latest_note, run_id, kind)
+            rows = await conn.fetch(Sql.latest_note, run_id, kind)
         found = note_records(rows)
         return found[0] if found else None
 
@@ -1342,12 +981,12 @@ class PgJournal:
     async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None:
         """Keep a run's snapshot, replacing its earlier one (see :meth:`Journal.put_snapshot`)."""
         async with self._use(f"keep a snapshot of run {run_id}") as conn:
-            await conn.execute(_Sql.put_snapshot, run_id, step, dump(body), time.time())
+            await conn.execute(Sql.put_snapshot, run_id, step, dump(body), time.time())
 
     async def snapshot(self, run_id: str) -> dict[str, Any] | None:
         """Return the body of a run's snapshot, or None (see :meth:`Journal.snapshot`)."""
         async with self._use(f"read the snapshot of run {run_id}") as conn:
-            body = await conn.fetchval(_Sql.snapshot, run_id)
+            body = await conn.fetchval(Sql.snapshot, run_id)
         return None if body is None else load(body)
 
     # -- maintenance --------------------------------------------------------------------
@@ -1355,8 +994,8 @@ class PgJournal:
     async def integrity_check(self) -> str:
         """Check that every table is there at the current schema version; ``"ok"`` if so."""
         async with self._use("check integrity") as conn:
-            missing = [str(row[0]) for row in await conn.fetch(_Sql.tables, list(_TABLES))]
-            version = None if missing else int(await conn.fetchval(_Sql.schema_version))
+            missing = [str(row[0]) for row in await conn.fetch(Sql.tables, list(TABLES))]
+            version = None if missing else int(await conn.fetchval(Sql.schema_version))
         problems = [f"table {name} is missing" for name in missing]
         if version is not None and version != SCHEMA_VERSION:
             problems.append(f"schema version is {version}, expected {SCHEMA_VERSION}")
@@ -1369,8 +1008,8 @@ class PgJournal:
 
 
 def _step_args(params: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The parameters of a step row, in the order of ``_STEP_VALUES``."""
-    return tuple(params[name] for name in _STEP_ORDER)
+    """The parameters of a step row, in the order of ``postgres_sql.STEP_ORDER``."""
+    return tuple(params[name] for name in STEP_ORDER)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -1386,7 +1025,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 def _spend_arrays(rows: Sequence[tuple[Any, ...]]) -> tuple[list[Any], ...]:
-    """The seven arrays of :func:`_spend_rows` (columns) from spend rows."""
+    """The seven arrays of ``postgres_sql.spend_rows`` (columns) from spend rows."""
     if not rows:
         return ([], [], [], [], [], [], [])
     return tuple(list(column) for column in zip(*rows, strict=True))
@@ -1401,8 +1040,8 @@ def _prefix_query(prefix: str) -> tuple[str, str] | tuple[str, str, str]:
     """Return the statement and arguments that find the runs whose id starts with ``prefix``."""
     last = ord(prefix[-1])
     if last < 0x10FFFF and not 0xD800 <= last + 1 <= 0xDFFF:
-        return _Sql.runs_by_prefix, prefix, prefix[:-1] + chr(last + 1)
-    return _Sql.runs_by_prefix_scan, prefix
+        return Sql.runs_by_prefix, prefix, prefix[:-1] + chr(last + 1)
+    return Sql.runs_by_prefix_scan, prefix
 
 
 def _describe(exc: BaseException) -> str:

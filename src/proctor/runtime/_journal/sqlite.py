@@ -18,7 +18,7 @@ Runs may also be queued and claimed under a lease (:meth:`Journal.submit_run`,
 that lost the lease is fenced out. Lease times are read from the database's own
 clock, here SQLite's ``julianday('now')``.
 
-All SQL lives in :class:`_Sql` and :data:`SQLITE_MIGRATIONS`; the PostgreSQL backend
+All SQL lives in ``sqlite_sql.Sql`` and :data:`SQLITE_MIGRATIONS`; the PostgreSQL backend
 (:mod:`proctor.runtime._journal.postgres`) implements the same :class:`JournalLike`
 interface with its own SQL, and :func:`open_journal` picks the backend from the
 target. ``sqlite3`` errors never leave this module: they become
@@ -44,13 +44,12 @@ import sqlite3
 import time
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Iterator,
     Mapping,
     Sequence,
 )
-from typing import Any, ClassVar, Self, TypeVar, cast
+from typing import Any, Self, TypeVar
 
 import aiosqlite
 import anyio
@@ -63,7 +62,6 @@ from proctor._errors import (
     JournalError,
     ProctorError,
     RunNotFoundError,
-    SchemaError,
 )
 from proctor._logging import get_logger
 from proctor.runtime._journal.base import (
@@ -102,312 +100,28 @@ from proctor.runtime._journal.rows import (
     task_record,
 )
 from proctor.runtime._journal.schema import (
-    EFFECT_COLUMNS,
-    RUN_COLUMNS,
     SCHEMA_VERSION,
     SQLITE_MIGRATIONS,
-    STEP_COLUMNS,
-    SqliteMigration,
 )
+from proctor.runtime._journal.sqlite_io import (
+    StepWrite,
+    apply_migration,
+    check_journal_path,
+    in_thread,
+    is_duplicate,
+    nothing,
+    prefix_query,
+    schema_version,
+    transaction,
+    write_steps,
+)
+from proctor.runtime._journal.sqlite_sql import Sql
 
 __all__ = ("Journal",)
 
 log = get_logger()
 
 _T = TypeVar("_T")
-
-# --------------------------------------------------------------------------------------
-# SQL: the schema and every statement. Nothing outside this section spells SQL.
-# --------------------------------------------------------------------------------------
-
-
-#: Now, in seconds since the Unix epoch, by SQLite's clock (milliseconds resolution).
-_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-
-
-class _Sql:
-    """Every statement the journal runs, by name."""
-
-    setup = """
-        PRAGMA busy_timeout = 5000;
-        PRAGMA foreign_keys = ON;
-        PRAGMA journal_mode = WAL;
-    """
-    user_version = "PRAGMA user_version"
-    integrity_check = "PRAGMA integrity_check"
-    begin = "BEGIN IMMEDIATE"
-
-    @staticmethod
-    def synchronous(level: str) -> str:
-        # PRAGMA takes no bound parameters; ``level`` is one of SYNCHRONOUS.
-        return f"PRAGMA synchronous = {level}"
-
-    @staticmethod
-    def set_user_version(version: int) -> str:
-        # PRAGMA takes no bound parameters; the version is an int we computed.
-        return f"PRAGMA user_version = {int(version)}"
-
-    @staticmethod
-    def table_info(table: str) -> str:
-        # ``table`` comes from SQLITE_MIGRATIONS, never from input.
-        return f"PRAGMA table_info({table})"
-
-    @staticmethod
-    def add_column(table: str, column: str, declaration: str) -> str:
-        return f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
-
-    put_task = """
-        INSERT INTO tasks (task_id, goal, spec, contract_version, created_at)
-        VALUES (:task_id, :goal, :spec, :contract_version, :now)
-        ON CONFLICT (task_id) DO UPDATE
-        SET spec = excluded.spec, contract_version = excluded.contract_version
-    """
-    get_task = """
-        SELECT task_id, goal, spec, contract_version, created_at
-        FROM tasks WHERE task_id = ?
-    """
-
-    # The epoch is computed in the insert itself: no read-then-write race.
-    create_run = """
-        INSERT INTO runs (
-            run_id, task_id, parent_run_id, epoch, status, policy, policy_version,
-            host, started_at
-        )
-        SELECT :run_id, :task_id, :parent_run_id, coalesce(max(epoch), 0) + 1,
-               'running', :policy, :policy_version, :host, :now
-        FROM runs WHERE task_id = :task_id
-        RETURNING epoch
-    """
-    end_run = """
-        UPDATE runs
-        SET status = :disposition, disposition = :disposition, stop_reason = :stop_reason,
-            ended_at = :now, candidate_digest = :candidate_digest, handoff = :handoff
-        WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
-    """
-    run_fence = "SELECT status, epoch FROM runs WHERE run_id = ?"
-    get_run = f"SELECT {RUN_COLUMNS} WHERE r.run_id = ?"
-    # A range over the primary key: [prefix, successor of prefix).
-    runs_by_prefix = f"""
-        SELECT {RUN_COLUMNS}
-        WHERE r.run_id >= :low AND r.run_id < :high
-        ORDER BY r.run_id LIMIT 2
-    """
-    runs_by_prefix_scan = f"""
-        SELECT {RUN_COLUMNS}
-        WHERE substr(r.run_id, 1, length(:low)) = :low
-        ORDER BY r.run_id LIMIT 2
-    """
-    list_runs = f"SELECT {RUN_COLUMNS} ORDER BY r.started_at DESC, r.rowid DESC LIMIT ?"
-    runs_of_task = f"SELECT {RUN_COLUMNS} WHERE r.task_id = ? ORDER BY r.epoch"
-    live_runs = f"SELECT {RUN_COLUMNS} WHERE r.status = 'running' ORDER BY r.started_at, r.rowid"
-    live_runs_at = f"""
-        SELECT {RUN_COLUMNS} WHERE r.status = 'running' AND r.workspace = ?
-        ORDER BY r.started_at, r.rowid
-    """
-    # Fenced like a step; pid, workspace and the interval are kept when not given,
-    # and the time a wait began only changes when what the run waits for does.
-    heartbeat = """
-        UPDATE runs
-        SET heartbeat_at = :now,
-            pid = coalesce(:pid, pid),
-            workspace = coalesce(:workspace, workspace),
-            heartbeat_every = coalesce(:every, heartbeat_every),
-            waiting_since = CASE WHEN waiting IS :waiting THEN waiting_since ELSE :now END,
-            waiting = :waiting
-        WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
-    """
-
-    # Fenced inserts: the row is written only if the run's epoch matches, in the
-    # same statement, so a refused write writes nothing and costs one round trip.
-    append_step = """
-        INSERT INTO steps (
-            run_id, step, trace_id, kind, action, tool_status, result_fingerprint,
-            state_version, state_delta, remaining, decision, progress, reason,
-            stop_reason, disposition, policy_version, at, event, extra
-        )
-        SELECT :run_id, :step, :trace_id, :kind, :action, :tool_status, :result_fingerprint,
-               :state_version, :state_delta, :remaining, :decision, :progress, :reason,
-               :stop_reason, :disposition, :policy_version, :at, :event, :extra
-        WHERE EXISTS (
-            SELECT 1 FROM runs
-            WHERE run_id = :run_id AND epoch = :epoch AND status <> 'queued'
-        )
-    """
-    steps = f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = ? AND step > ? ORDER BY step"
-    # Walks the run's steps from the last: the first with a disposition is the one.
-    ending_step = f"""
-        SELECT {STEP_COLUMNS} FROM steps
-        WHERE run_id = ? AND disposition IS NOT NULL ORDER BY step DESC LIMIT 1
-    """
-    # The largest id of the index's run_id entries: one index probe.
-    newest_note = "SELECT max(id) FROM notes WHERE run_id = ?"
-
-    # An upsert fenced by the run and guarded by the arguments' hash: a new key is
-    # inserted, a retry of the same call is dispatched again, anything else writes
-    # nothing and is diagnosed by ``dispatch_check``.
-    record_dispatch = """
-        INSERT INTO effects (
-            key, run_id, task_id, step, tool, target, args_hash, state,
-            created_at, updated_at, outcome
-        )
-        SELECT :key, :run_id, :task_id, :step, :tool, :target, :args_hash, 'dispatched',
-               :now, :now, NULL
-        WHERE EXISTS (
-            SELECT 1 FROM runs
-            WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
-        )
-        ON CONFLICT (key) DO UPDATE
-        SET run_id = excluded.run_id, step = excluded.step, state = 'dispatched',
-            updated_at = excluded.updated_at, outcome = NULL
-        WHERE effects.args_hash = excluded.args_hash
-    """
-    dispatch_check = """
-        SELECT r.status, r.epoch, (SELECT e.args_hash FROM effects AS e WHERE e.key = :key)
-        FROM runs AS r WHERE r.run_id = :run_id
-    """
-    settle_effect = """
-        UPDATE effects SET state = :state, outcome = :outcome, updated_at = :now
-        WHERE key = :key
-    """
-    # Fenced like a step: by the writer's epoch, whether or not its run has ended
-    # (open dispatches are marked after the end).
-    settle_effect_fenced = """
-        UPDATE effects SET state = :state, outcome = :outcome, updated_at = :now
-        WHERE key = :key AND EXISTS (
-            SELECT 1 FROM runs
-            WHERE run_id = :run_id AND epoch = :epoch AND status <> 'queued'
-        )
-    """
-    effect_exists = "SELECT 1 FROM effects WHERE key = ?"
-    effects = f"SELECT {EFFECT_COLUMNS} FROM effects"
-    effects_order = "ORDER BY created_at, rowid"
-    effects_filters: ClassVar[Mapping[str, str]] = {
-        "task_id": "task_id = :task_id",
-        "run_id": "run_id = :run_id",
-        "states": "state IN (SELECT value FROM json_each(:states))",
-    }
-
-    add_evidence = """
-        INSERT INTO evidence (
-            run_id, task_id, candidate_digest, contract_version, check_name, passed,
-            record, at
-        )
-        VALUES (:run_id, :task_id, :candidate_digest, :contract_version, :check_name,
-                :passed, :record, :at)
-    """
-    evidence = "SELECT record FROM evidence"
-    evidence_order = "ORDER BY id"
-    evidence_filters: ClassVar[Mapping[str, str]] = {
-        "task_id": "task_id = :task_id",
-        "run_id": "run_id = :run_id",
-    }
-
-    # One row per dimension, all of a record's (and of every deferred record)
-    # in the transaction of the operation that writes them.
-    add_spend = """
-        INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
-        VALUES (?, ?, ?, ?, ?, ?, ?)
-    """
-    spend_totals = """
-        SELECT dimension, sum(amount) FROM spend
-        WHERE task_id = ? AND kind IN (SELECT value FROM json_each(?))
-        GROUP BY dimension ORDER BY dimension
-    """
-
-    spend_rows = """
-        SELECT dimension, amount, kind, at FROM spend WHERE run_id = ? ORDER BY id
-    """
-
-    record_process = """
-        INSERT INTO processes (run_id, pgid, command, started_at) VALUES (?, ?, ?, ?)
-    """
-    end_process = """
-        UPDATE processes SET ended_at = :now, how = :how
-        WHERE rowid = (
-            SELECT rowid FROM processes
-            WHERE run_id = :run_id AND pgid = :pgid AND ended_at IS NULL
-            ORDER BY started_at DESC LIMIT 1
-        )
-    """
-    processes = """
-        SELECT run_id, pgid, command, started_at, ended_at, how
-        FROM processes WHERE run_id = ? ORDER BY started_at, pgid
-    """
-
-    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES (?, ?, ?, ?) RETURNING id"
-    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = ? AND id > ? ORDER BY id"
-    notes_of_kinds = """
-        SELECT id, run_id, kind, body, at FROM notes
-        WHERE run_id = ? AND id > ? AND kind IN (SELECT value FROM json_each(?)) ORDER BY id
-    """
-    put_snapshot = """
-        INSERT INTO snapshots (run_id, step, body, at) VALUES (?, ?, ?, ?)
-        ON CONFLICT (run_id) DO UPDATE
-        SET step = excluded.step, body = excluded.body, at = excluded.at
-    """
-    snapshot = "SELECT body FROM snapshots WHERE run_id = ?"
-    # Walks the run's index entries from the newest: the one row is the only body read.
-    latest_note = """
-        SELECT id, run_id, kind, body, at FROM notes
-        WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1
-    """
-
-    # -- leases: lease times are seconds since the epoch by SQLite's clock --------------
-
-    submit_run = """
-        INSERT INTO runs (
-            run_id, task_id, epoch, status, policy, policy_version, host, started_at
-        )
-        VALUES (:run_id, :task_id, 0, 'queued', :policy, :policy_version, '', :now)
-    """
-    # Under BEGIN IMMEDIATE, so the pick and the take are one atomic step.
-    claim_pick = f"""
-        SELECT run_id, epoch FROM runs
-        WHERE status IN ('queued', 'running')
-          AND (status = 'queued' OR lease_until <= {_NOW})
-        ORDER BY started_at, rowid LIMIT 1
-    """
-    # The new epoch is above every epoch of the task, so (task_id, epoch) stays
-    # unique; for a task's only run it is its previous epoch plus one.
-    claim_take = f"""
-        UPDATE runs
-        SET epoch = (SELECT max(o.epoch) FROM runs AS o WHERE o.task_id = runs.task_id) + 1,
-            status = 'running', owner = :worker, host = :worker,
-            lease_until = {_NOW} + :lease_seconds
-        WHERE run_id = :run_id
-        RETURNING task_id, epoch
-    """
-    renew_lease = f"""
-        UPDATE runs SET lease_until = {_NOW} + :lease_seconds
-        WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
-    """
-    # A run released while running is claimable at once; an ended one keeps no lease.
-    hold_task = """
-        INSERT INTO holders (task_id, run_id, holder, since)
-        VALUES (:task_id, :run_id, :holder, :now)
-        ON CONFLICT (task_id) DO UPDATE
-        SET run_id = excluded.run_id, holder = excluded.holder, since = excluded.since
-        WHERE holders.holder = :replacing
-        RETURNING holder
-    """
-    task_holder = "SELECT task_id, run_id, holder, since FROM holders WHERE task_id = ?"
-    release_task = "DELETE FROM holders WHERE task_id = ? AND holder = ?"
-
-    release_run = f"""
-        UPDATE runs
-        SET owner = NULL,
-            lease_until = CASE WHEN status = 'running' THEN {_NOW} ELSE NULL END
-        WHERE run_id = :run_id AND epoch = :epoch AND status <> 'queued'
-    """
-
-    @staticmethod
-    def filtered(
-        select: str, filters: Mapping[str, str], present: Sequence[str], order: str
-    ) -> str:
-        """Compose ``select`` with the fixed filter clauses named in ``present``."""
-        where = " AND ".join(filters[name] for name in present)
-        return f"{select} WHERE {where} {order}" if where else f"{select} {order}"
-
 
 # --------------------------------------------------------------------------------------
 # The journal
@@ -430,7 +144,7 @@ class Journal:
     # Spend rows (one per dimension) written with the journal's next operation.
     _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
     # Steps waiting for the lock, written together by the first to get it.
-    _steps: list[_StepWrite] = attrs.field(factory=list, init=False)
+    _steps: list[StepWrite] = attrs.field(factory=list, init=False)
 
     @classmethod
     async def open(
@@ -464,7 +178,7 @@ class Journal:
                 f"got {synchronous!r}"
             )
         if name != ":memory:":
-            _check_journal_path(name, create=create)
+            check_journal_path(name, create=create)
         try:
             db = await aiosqlite.connect(name, isolation_level=None)
         except sqlite3.Error as exc:
@@ -480,18 +194,18 @@ class Journal:
 
     async def _setup(self, db: aiosqlite.Connection) -> None:
         with self._errors("open"):
-            await db.executescript(_Sql.setup + _Sql.synchronous(self._synchronous))
-            version = await self._schema_version(db)
+            await db.executescript(Sql.setup + Sql.synchronous(self._synchronous))
+            version = await schema_version(db, self._path)
             if version < SCHEMA_VERSION:
                 crash_point("migrate:before")
-                async with self._transaction(db):
+                async with transaction(db):
                     # Read again under the write lock: another process may have
                     # migrated the journal since.
-                    version = await self._schema_version(db)
+                    version = await schema_version(db, self._path)
                     for migration in SQLITE_MIGRATIONS[version:]:
-                        await self._apply(db, migration)
+                        await apply_migration(db, migration)
                     if version < SCHEMA_VERSION:
-                        await db.execute(_Sql.set_user_version(SCHEMA_VERSION))
+                        await db.execute(Sql.set_user_version(SCHEMA_VERSION))
                 crash_point("migrate:after")
                 if version < SCHEMA_VERSION:
                     log.info(
@@ -500,26 +214,6 @@ class Journal:
                         from_version=version,
                         to_version=SCHEMA_VERSION,
                     )
-
-    async def _schema_version(self, db: aiosqlite.Connection) -> int:
-        rows = await db.execute_fetchall(_Sql.user_version)
-        version = int(next(iter(rows))[0])
-        if version > SCHEMA_VERSION:
-            raise SchemaError(
-                f"journal {self._path} has schema version {version}, but this proctor "
-                f"knows versions up to {SCHEMA_VERSION}: open it with a newer proctor"
-            )
-        return version
-
-    @staticmethod
-    async def _apply(db: aiosqlite.Connection, migration: SqliteMigration) -> None:
-        """Apply one migration inside the caller's transaction, skipping what is there."""
-        for table, column, declaration in migration.columns:
-            present = {row[1] for row in await db.execute_fetchall(_Sql.table_info(table))}
-            if column not in present:
-                await db.execute(_Sql.add_column(table, column, declaration))
-        for statement in _statements(migration.script):
-            await db.execute(statement)
 
     @property
     def path(self) -> str:
@@ -538,7 +232,7 @@ class Journal:
             async with self._lock:
                 if self._deferred:
                     try:
-                        await self._write(db, _nothing)
+                        await self._write(db, nothing)
                     except sqlite3.Error as exc:
                         # Closing still closes: what could not be written is said.
                         log.error("journal.deferred_spend_lost", path=self._path, error=str(exc))
@@ -586,7 +280,7 @@ class Journal:
             db = self._connected(what)
             with self._errors(what):
                 if self._deferred:
-                    await self._write(db, _nothing)
+                    await self._write(db, nothing)
                 yield db
 
     async def _write(
@@ -610,13 +304,13 @@ class Journal:
 
         def write(conn: sqlite3.Connection) -> _T:
             if level is not None:
-                conn.execute(_Sql.synchronous("FULL"))
+                conn.execute(Sql.synchronous("FULL"))
             try:
-                conn.execute(_Sql.begin)
+                conn.execute(Sql.begin)
                 try:
                     if rows:
                         crash_point("add_spend:before")
-                        conn.executemany(_Sql.add_spend, rows)
+                        conn.executemany(Sql.add_spend, rows)
                     result = body(conn)
                     conn.commit()
                 except BaseException:
@@ -627,37 +321,21 @@ class Journal:
                 return result
             finally:
                 if level is not None:
-                    conn.execute(_Sql.synchronous(level))
+                    conn.execute(Sql.synchronous(level))
 
         try:
             with anyio.CancelScope(shield=True):
-                result = await _in_thread(db, write)
+                result = await in_thread(db, write)
         except Exception:
             self._deferred[:0] = rows
             raise
         return result
 
-    @contextlib.asynccontextmanager
-    async def _transaction(self, db: aiosqlite.Connection) -> AsyncIterator[None]:
-        """Run the body in one write transaction, rolled back if the body raises."""
-        # Every statement is queued to the connection's thread before the await
-        # that may be cancelled, so BEGIN and COMMIT sit inside the try: after a
-        # cancellation the rollback is queued behind them (and is a no-op when no
-        # transaction is open).
-        try:
-            await db.execute(_Sql.begin)
-            yield
-            await db.commit()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await db.rollback()
-            raise
-
     async def _diagnose_run(
         self, db: aiosqlite.Connection, run_id: str, what: str
     ) -> tuple[str, int]:
         """Return the run's status and epoch, or raise RunNotFoundError."""
-        rows = list(await db.execute_fetchall(_Sql.run_fence, (run_id,)))
+        rows = list(await db.execute_fetchall(Sql.run_fence, (run_id,)))
         if not rows:
             raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
         status, current = rows[0]
@@ -697,7 +375,7 @@ class Journal:
         }
         async with self._use(f"record task {task_id}") as db:
             crash_point("put_task:before")
-            await db.execute(_Sql.put_task, params)
+            await db.execute(Sql.put_task, params)
             crash_point("put_task:after")
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
@@ -708,7 +386,7 @@ class Journal:
             JournalError: no such task.
         """
         async with self._use(f"read task {task_id}") as db:
-            rows = list(await db.execute_fetchall(_Sql.get_task, (task_id,)))
+            rows = list(await db.execute_fetchall(Sql.get_task, (task_id,)))
         if not rows:
             raise JournalError(f"journal {self._path}: no task {task_id!r}")
         return task_record(rows[0])
@@ -747,10 +425,10 @@ class Journal:
         async with self._use(what) as db:
             try:
                 crash_point("create_run:before")
-                rows = list(await db.execute_fetchall(_Sql.create_run, params))
+                rows = list(await db.execute_fetchall(Sql.create_run, params))
                 crash_point("create_run:after")
             except sqlite3.IntegrityError as exc:
-                if _is_duplicate(exc):
+                if is_duplicate(exc):
                     why = f"run {run_id!r} already exists"
                 else:
                     why = f"task {task_id!r} or parent run {parent_run_id!r} is not in the journal"
@@ -801,9 +479,9 @@ class Journal:
         def write(conn: sqlite3.Connection) -> tuple[bool, Any]:
             """End it; or, when nothing was written, return the run's status and epoch."""
             crash_point("end_run:before")
-            if conn.execute(_Sql.end_run, params).rowcount == 1:
+            if conn.execute(Sql.end_run, params).rowcount == 1:
                 return True, None
-            return False, conn.execute(_Sql.run_fence, (run_id,)).fetchone()
+            return False, conn.execute(Sql.run_fence, (run_id,)).fetchone()
 
         async with self._lock:
             db = self._connected(f"end run {run_id}")
@@ -822,9 +500,9 @@ class Journal:
             RunNotFoundError: no run has that id, or the prefix is short or ambiguous.
         """
         async with self._use(f"read run {run_id}") as db:
-            rows = list(await db.execute_fetchall(_Sql.get_run, (run_id,)))
+            rows = list(await db.execute_fetchall(Sql.get_run, (run_id,)))
             if not rows and len(run_id) >= MIN_PREFIX:
-                rows = list(await db.execute_fetchall(*_prefix_query(run_id)))
+                rows = list(await db.execute_fetchall(*prefix_query(run_id)))
         if len(rows) == 1:
             return run_row(rows[0])
         if rows:
@@ -839,13 +517,13 @@ class Journal:
     async def list_runs(self, limit: int = 50) -> list[RunRow]:
         """Return up to ``limit`` runs, newest first."""
         async with self._use("list runs") as db:
-            rows = await db.execute_fetchall(_Sql.list_runs, (limit,))
+            rows = await db.execute_fetchall(Sql.list_runs, (limit,))
         return [run_row(row) for row in rows]
 
     async def runs_of_task(self, task_id: str) -> list[RunRow]:
         """Return a task's runs, oldest epoch first."""
         async with self._use(f"list runs of task {task_id}") as db:
-            rows = await db.execute_fetchall(_Sql.runs_of_task, (task_id,))
+            rows = await db.execute_fetchall(Sql.runs_of_task, (task_id,))
         return [run_row(row) for row in rows]
 
     # -- leases -------------------------------------------------------------------------
@@ -887,7 +565,7 @@ class Journal:
         # No crash boundary: a heartbeat comes when the clock says, not at a fixed
         # point of the run, and it writes nothing a recovery reads.
         async with self._use(f"beat for run {run_id}") as db:
-            cursor = await db.execute(_Sql.heartbeat, params)
+            cursor = await db.execute(Sql.heartbeat, params)
             return bool(cursor.rowcount == 1)
 
     async def live_runs(self, workspace: str | None = None) -> list[RunRow]:
@@ -899,9 +577,9 @@ class Journal:
         """
         async with self._use("list running runs") as db:
             if workspace is None:
-                rows = await db.execute_fetchall(_Sql.live_runs)
+                rows = await db.execute_fetchall(Sql.live_runs)
             else:
-                rows = await db.execute_fetchall(_Sql.live_runs_at, (workspace,))
+                rows = await db.execute_fetchall(Sql.live_runs_at, (workspace,))
         return [run_row(row) for row in rows]
 
     async def submit_run(
@@ -925,12 +603,12 @@ class Journal:
         async with self._use(what) as db:
             try:
                 crash_point("submit_run:before")
-                await db.execute(_Sql.submit_run, params)
+                await db.execute(Sql.submit_run, params)
                 crash_point("submit_run:after")
             except sqlite3.IntegrityError as exc:
-                if not _is_duplicate(exc):
+                if not is_duplicate(exc):
                     why = f"task {task_id!r} is not in the journal"
-                elif await db.execute_fetchall(_Sql.run_fence, (run_id,)):
+                elif await db.execute_fetchall(Sql.run_fence, (run_id,)):
                     why = f"run {run_id!r} already exists"
                 else:
                     # (task_id, epoch 0) is taken.
@@ -961,13 +639,13 @@ class Journal:
 
         def claim(conn: sqlite3.Connection) -> Claimed | None:
             crash_point("claim_run:before")
-            picked = conn.execute(_Sql.claim_pick).fetchone()
+            picked = conn.execute(Sql.claim_pick).fetchone()
             if picked is None:
                 return None
             run_id, previous = picked
             params = {"run_id": run_id, "worker": worker, "lease_seconds": float(lease_seconds)}
             # Every row of an UPDATE ... RETURNING is read before the commit.
-            ((task_id, epoch),) = conn.execute(_Sql.claim_take, params).fetchall()
+            ((task_id, epoch),) = conn.execute(Sql.claim_take, params).fetchall()
             return Claimed(run_id, task_id, int(epoch), int(previous))
 
         async with self._lock:
@@ -998,7 +676,7 @@ class Journal:
         what = "renew the lease"
         async with self._use(f"{what} of run {run_id}") as db:
             crash_point("renew_lease:before")
-            cursor = await db.execute(_Sql.renew_lease, params)
+            cursor = await db.execute(Sql.renew_lease, params)
             crash_point("renew_lease:after")
             if cursor.rowcount == 1:
                 return True
@@ -1018,7 +696,7 @@ class Journal:
         what = "release"
         async with self._use(f"{what} run {run_id}") as db:
             crash_point("release_run:before")
-            cursor = await db.execute(_Sql.release_run, {"run_id": run_id, "epoch": epoch})
+            cursor = await db.execute(Sql.release_run, {"run_id": run_id, "epoch": epoch})
             crash_point("release_run:after")
             if cursor.rowcount != 1:
                 await self._diagnose_run(db, run_id, what)
@@ -1046,7 +724,7 @@ class Journal:
         async with self._use(what) as db:
             try:
                 crash_point("hold_task:before")
-                taken = list(await db.execute_fetchall(_Sql.hold_task, params))
+                taken = list(await db.execute_fetchall(Sql.hold_task, params))
                 crash_point("hold_task:after")
             except sqlite3.IntegrityError as exc:
                 raise JournalError(
@@ -1054,7 +732,7 @@ class Journal:
                 ) from exc
             if taken:
                 return None
-            rows = list(await db.execute_fetchall(_Sql.task_holder, (task_id,)))
+            rows = list(await db.execute_fetchall(Sql.task_holder, (task_id,)))
         # Released between the two statements: nobody holds it now, but not us either.
         return HolderRow(*rows[0]) if rows else HolderRow(task_id, "", "", 0.0)
 
@@ -1062,13 +740,13 @@ class Journal:
         """Let go of the task if ``holder`` holds it (see :meth:`JournalLike.release_task`)."""
         async with self._use(f"release task {task_id}") as db:
             crash_point("release_task:before")
-            await db.execute(_Sql.release_task, (task_id, holder))
+            await db.execute(Sql.release_task, (task_id, holder))
             crash_point("release_task:after")
 
     async def task_holder(self, task_id: str) -> HolderRow | None:
         """Return who holds the task, or None (see :meth:`JournalLike.task_holder`)."""
         async with self._use(f"read the holder of task {task_id}") as db:
-            rows = list(await db.execute_fetchall(_Sql.task_holder, (task_id,)))
+            rows = list(await db.execute_fetchall(Sql.task_holder, (task_id,)))
         return HolderRow(*rows[0]) if rows else None
 
     # -- steps --------------------------------------------------------------------------
@@ -1094,7 +772,7 @@ class Journal:
         """
         params = step_params(run_id, epoch, record)
         what = f"append step {params['step']}"
-        mine = _StepWrite(params)
+        mine = StepWrite(params)
         self._steps.append(mine)
         try:
             await self._lock.acquire()
@@ -1111,7 +789,7 @@ class Journal:
                 batch, self._steps = self._steps, []
                 with self._errors(f"{what} of run {run_id}"):
                     try:
-                        await self._write(db, functools.partial(_write_steps, batch))
+                        await self._write(db, functools.partial(write_steps, batch))
                     except BaseException:
                         # Rolled back: the others waiting try again under the lock.
                         others = [w for w in batch if w is not mine]
@@ -1147,8 +825,8 @@ class Journal:
         async with self._use(f"{what} of run {run_id}") as db:
             try:
                 crash_point("append_steps:before")
-                async with self._transaction(db):
-                    cursor = await db.executemany(_Sql.append_step, params)
+                async with transaction(db):
+                    cursor = await db.executemany(Sql.append_step, params)
                     if cursor.rowcount != len(params):
                         status, current = await self._diagnose_run(db, run_id, what)
                         raise self._fenced(run_id, epoch, status, current, what)
@@ -1157,7 +835,7 @@ class Journal:
                 raise self._duplicate_step(run_id, what, exc) from exc
 
     def _duplicate_step(self, run_id: str, what: str, exc: sqlite3.IntegrityError) -> JournalError:
-        if _is_duplicate(exc):
+        if is_duplicate(exc):
             why = "that step number is already journaled"
         else:
             why = str(exc)
@@ -1172,7 +850,7 @@ class Journal:
             after: only the steps numbered above it (what a replay has not seen).
         """
         async with self._use(f"read steps of run {run_id}") as db:
-            rows = await db.execute_fetchall(_Sql.steps, (run_id, after))
+            rows = await db.execute_fetchall(Sql.steps, (run_id, after))
         return [step_record(row) for row in rows]
 
     async def ending_step(self, run_id: str) -> dict[str, Any] | None:
@@ -1181,7 +859,7 @@ class Journal:
         ended it, or a later one), or None when none does. Reads one step.
         """
         async with self._use(f"read the ending step of run {run_id}") as db:
-            rows = list(await db.execute_fetchall(_Sql.ending_step, (run_id,)))
+            rows = list(await db.execute_fetchall(Sql.ending_step, (run_id,)))
         return step_record(rows[0]) if rows else None
 
     # -- effects ------------------------------------------------------------------------
@@ -1227,9 +905,9 @@ class Journal:
         def write(conn: sqlite3.Connection) -> list[Any] | None:
             """Dispatch it; or, when nothing was written, return what explains why."""
             crash_point("record_dispatch:before")
-            if conn.execute(_Sql.record_dispatch, params).rowcount == 1:
+            if conn.execute(Sql.record_dispatch, params).rowcount == 1:
                 return None
-            return list(conn.execute(_Sql.dispatch_check, params).fetchall())
+            return list(conn.execute(Sql.dispatch_check, params).fetchall())
 
         async with self._lock:
             db = self._connected(f"record {what}")
@@ -1284,14 +962,14 @@ class Journal:
             "epoch": epoch,
         }
         what = f"settle effect {key}"
-        sql = _Sql.settle_effect_fenced if fenced else _Sql.settle_effect
+        sql = Sql.settle_effect_fenced if fenced else Sql.settle_effect
         async with self._use(what) as db:
             crash_point("settle_effect:before")
             cursor = await db.execute(sql, params)
             crash_point("settle_effect:after")
             if cursor.rowcount == 1:
                 return
-            known = list(await db.execute_fetchall(_Sql.effect_exists, (key,)))
+            known = list(await db.execute_fetchall(Sql.effect_exists, (key,)))
             if known and run_id is not None and epoch is not None:
                 status, current = await self._diagnose_run(db, run_id, what)
                 raise self._fenced(run_id, epoch, status, current, what)
@@ -1310,7 +988,7 @@ class Journal:
         if states is not None:
             params["states"] = json.dumps(list(states))
             present.append("states")
-        sql = _Sql.filtered(_Sql.effects, _Sql.effects_filters, present, _Sql.effects_order)
+        sql = Sql.filtered(Sql.effects, Sql.effects_filters, present, Sql.effects_order)
         async with self._use("read effects") as db:
             rows = await db.execute_fetchall(sql, params)
         return [effect_row(row) for row in rows]
@@ -1342,7 +1020,7 @@ class Journal:
         }
         async with self._use(f"add evidence to run {run_id}") as db:
             crash_point("add_evidence:before")
-            await db.execute(_Sql.add_evidence, params)
+            await db.execute(Sql.add_evidence, params)
             crash_point("add_evidence:after")
 
     async def evidence(
@@ -1351,7 +1029,7 @@ class Journal:
         """Return the evidence records that match every filter given, oldest first."""
         params = {"run_id": run_id, "task_id": task_id}
         present = [name for name in ("task_id", "run_id") if params[name] is not None]
-        sql = _Sql.filtered(_Sql.evidence, _Sql.evidence_filters, present, _Sql.evidence_order)
+        sql = Sql.filtered(Sql.evidence, Sql.evidence_filters, present, Sql.evidence_order)
         async with self._use("read evidence") as db:
             rows = await db.execute_fetchall(sql, params)
         return [load(row[0]) for row in rows]
@@ -1402,13 +1080,13 @@ class Journal:
     ) -> dict[str, float]:
         """Return a task's spend per dimension, summed over the rows of ``kinds``."""
         async with self._use(f"read spend of task {task_id}") as db:
-            rows = await db.execute_fetchall(_Sql.spend_totals, (task_id, json.dumps(list(kinds))))
+            rows = await db.execute_fetchall(Sql.spend_totals, (task_id, json.dumps(list(kinds))))
         return {str(dimension): float(total) for dimension, total in rows}
 
     async def spend_rows(self, run_id: str) -> list[SpendRow]:
         """Return a run's spend rows (every kind) in the order they were written."""
         async with self._use(f"read spend of run {run_id}") as db:
-            rows = await db.execute_fetchall(_Sql.spend_rows, (run_id,))
+            rows = await db.execute_fetchall(Sql.spend_rows, (run_id,))
         return [SpendRow(str(d), float(a), str(k), float(t)) for d, a, k, t in rows]
 
     # -- processes ----------------------------------------------------------------------
@@ -1417,7 +1095,7 @@ class Journal:
         """Journal a child process group the run started."""
         async with self._use(f"record process group {pgid} of run {run_id}") as db:
             crash_point("record_process:before")
-            await db.execute(_Sql.record_process, (run_id, pgid, clean(command), time.time()))
+            await db.execute(Sql.record_process, (run_id, pgid, clean(command), time.time()))
             crash_point("record_process:after")
 
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:
@@ -1425,13 +1103,13 @@ class Journal:
         params = {"run_id": run_id, "pgid": pgid, "how": how, "now": time.time()}
         async with self._use(f"end process group {pgid} of run {run_id}") as db:
             crash_point("end_process:before")
-            await db.execute(_Sql.end_process, params)
+            await db.execute(Sql.end_process, params)
             crash_point("end_process:after")
 
     async def processes(self, run_id: str) -> list[ProcessRow]:
         """Return a run's process groups in the order they started."""
         async with self._use(f"read processes of run {run_id}") as db:
-            rows = await db.execute_fetchall(_Sql.processes, (run_id,))
+            rows = await db.execute_fetchall(Sql.processes, (run_id,))
         return [ProcessRow(*row) for row in rows]
 
     # -- notes --------------------------------------------------------------------------
@@ -1446,7 +1124,7 @@ class Journal:
         async with self._use(f"add note to run {run_id}") as db:
             crash_point("add_note:before")
             rows = list(
-                await db.execute_fetchall(_Sql.add_note, (run_id, kind, dump(body), time.time()))
+                await db.execute_fetchall(Sql.add_note, (run_id, kind, dump(body), time.time()))
             )
             crash_point("add_note:after")
         return int(rows[0][0])
@@ -1464,10 +1142,10 @@ class Journal:
         """
         async with self._use(f"read notes of run {run_id}") as db:
             if kinds is None:
-                rows = await db.execute_fetchall(_Sql.notes, (run_id, after))
+                rows = await db.execute_fetchall(Sql.notes, (run_id, after))
             else:
                 rows = await db.execute_fetchall(
-                    _Sql.notes_of_kinds, (run_id, after, json.dumps(list(kinds)))
+                    Sql.notes_of_kinds, (run_id, after, json.dumps(list(kinds)))
                 )
         return note_records(rows)
 
@@ -1478,7 +1156,7 @@ class Journal:
         the run has.
         """
         async with self._use(f"read the latest {kind} note of run {run_id}") as db:
-            rows = await db.execute_fetchall(_Sql.latest_note, (run_id, kind))
+            rows = await db.execute_fetchall(Sql.latest_note, (run_id, kind))
         found = note_records(rows)
         return found[0] if found else None
 
@@ -1491,13 +1169,13 @@ class Journal:
         params = (run_id, step, dump(body), time.time())
         async with self._use(f"keep a snapshot of run {run_id}") as db:
             crash_point("put_snapshot:before")
-            await db.execute(_Sql.put_snapshot, params)
+            await db.execute(Sql.put_snapshot, params)
             crash_point("put_snapshot:after")
 
     async def snapshot(self, run_id: str) -> dict[str, Any] | None:
         """Return the body of a run's snapshot, or None when it has none."""
         async with self._use(f"read the snapshot of run {run_id}") as db:
-            rows = list(await db.execute_fetchall(_Sql.snapshot, (run_id,)))
+            rows = list(await db.execute_fetchall(Sql.snapshot, (run_id,)))
         return load(rows[0][0]) if rows else None
 
     # -- maintenance --------------------------------------------------------------------
@@ -1505,111 +1183,5 @@ class Journal:
     async def integrity_check(self) -> str:
         """Run SQLite's integrity check; return ``"ok"`` when the file is sound."""
         async with self._use("check integrity") as db:
-            rows = await db.execute_fetchall(_Sql.integrity_check)
+            rows = await db.execute_fetchall(Sql.integrity_check)
         return "\n".join(str(row[0]) for row in rows)
-
-
-@attrs.define(eq=False)
-class _StepWrite:
-    """One step waiting to be written, and what became of it."""
-
-    params: dict[str, Any]
-    written: bool | None = None
-    newest: int = 0
-    duplicate: sqlite3.IntegrityError | None = None
-    # The run's (status, epoch) when the write was fenced; None: no such run.
-    fence: tuple[str, int] | None = None
-
-    def reset(self) -> None:
-        """Forget a fate its rolled-back transaction undid."""
-        self.written, self.newest, self.duplicate, self.fence = None, 0, None, None
-
-
-def _write_steps(batch: Sequence[_StepWrite], conn: sqlite3.Connection) -> None:
-    """
-    Write steps inside the caller's transaction; note each one's fate.
-
-    A refused insert (a duplicate step) undoes only its own statement, so one
-    run's refusal costs the others nothing.
-    """
-    for step in batch:
-        run_id = step.params["run_id"]
-        crash_point("append_step:before")
-        try:
-            step.written = conn.execute(_Sql.append_step, step.params).rowcount == 1
-        except sqlite3.IntegrityError as exc:
-            step.written, step.duplicate = False, exc
-        if step.written:
-            step.newest = int(conn.execute(_Sql.newest_note, (run_id,)).fetchone()[0] or 0)
-        elif step.duplicate is None:
-            step.fence = conn.execute(_Sql.run_fence, (run_id,)).fetchone()
-
-
-if not callable(getattr(aiosqlite.Connection, "_execute", None)):  # pragma: no cover
-    raise ImportError(
-        f"proctor's journal runs a transaction in aiosqlite's thread through "
-        f"aiosqlite.Connection._execute, which aiosqlite {aiosqlite.__version__} lacks: "
-        "install an aiosqlite from 0.20 to 0.22 (pip install 'aiosqlite>=0.20,<0.23')"
-    )
-
-
-async def _in_thread(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-    """
-    Call ``fn`` with the connection, in the connection's own thread.
-
-    aiosqlite sends each statement to its thread and back; this sends a whole
-    transaction at once. It goes through the same queue as every statement
-    (``Connection._execute``, the function aiosqlite's own methods call), so it
-    is ordered with them.
-    """
-    execute = cast(Callable[..., Awaitable[_T]], db._execute)
-    return await execute(fn, db._conn)
-
-
-def _nothing(conn: sqlite3.Connection) -> None:
-    """A transaction's body that adds nothing to it (only the deferred spend)."""
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split an SQL script into its statements (``executescript`` would commit first)."""
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            yield pending.strip()
-            pending = ""
-    if pending.strip():
-        raise AssertionError(f"an incomplete statement ends a migration: {pending!r}")
-
-
-def _is_duplicate(exc: sqlite3.IntegrityError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code in (sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE)
-
-
-def _prefix_query(prefix: str) -> tuple[str, dict[str, str]]:
-    """Return the statement and parameters that find the runs whose id starts with ``prefix``."""
-    last = ord(prefix[-1])
-    # The successor of the prefix bounds an index range; where it cannot be
-    # spelled (the last code point, or a surrogate next), scan instead.
-    if last < 0x10FFFF and not 0xD800 <= last + 1 <= 0xDFFF:
-        return _Sql.runs_by_prefix, {"low": prefix, "high": prefix[:-1] + chr(last + 1)}
-    return _Sql.runs_by_prefix_scan, {"low": prefix}
-
-
-def _check_journal_path(name: str, *, create: bool) -> None:
-    # Before SQLite sees the path: it would make an empty journal of a mistyped
-    # name, and say only "unable to open database file" of a missing directory.
-    folder = os.path.dirname(os.path.abspath(name))
-    if not os.path.isdir(folder):
-        raise ConfigError(
-            f"journal {name}: the directory {folder} does not exist "
-            "(give the path of a journal file in an existing directory)"
-        )
-    if os.path.isdir(name):
-        raise ConfigError(f"journal {name}: is a directory, not a journal file")
-    if not create and not os.path.exists(name):
-        raise ConfigError(
-            f"journal {name}: no such file (give --journal the file a run "
-            "wrote, such as proctor.db, or set PROCTOR_JOURNAL)"
-        )

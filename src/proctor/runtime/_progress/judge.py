@@ -19,12 +19,7 @@ only the steps after it.
 
 from __future__ import annotations
 
-import base64
 import binascii
-import hashlib
-import re
-import sys
-from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -36,18 +31,29 @@ from proctor._digest import canonical_json, digest
 from proctor._errors import SnapshotRefused
 from proctor._wire import (
     converter,
-    expect_bool,
-    expect_int,
-    expect_str,
-    expect_strings,
     to_jsonable,
 )
+from proctor.runtime._progress.codec import (
+    as_bool,
+    as_int,
+    as_ints,
+    as_opt_str,
+    as_pairs,
+    as_str,
+    as_strs,
+    hash64,
+    pack64,
+    unpack64,
+)
 from proctor.runtime._progress.normalize import (
+    action_key,
     failure_signature,
     fingerprint,
-    normalize_command,
+    is_infrastructure_error,
     normalize_output,
     normalize_path,
+    normalized_action,
+    normalized_args,
     response_fingerprint,
 )
 from proctor.runtime._progress.policy import Policy
@@ -89,40 +95,6 @@ SignalName = Literal["stop_signal", "user_stop", "deadline"]
 
 # How the refuse rung's refusals begin: a refused exact repeat is told from other refusals.
 _REPEAT = "repeat: "
-
-_STATUS_WORDS = (
-    r"Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable|Gateway Time-?out"
-    r"|HTTP Version Not Supported|Insufficient Storage|Loop Detected|Network Authentication"
-)
-# An HTTP status only counts where it is said to be one: "522 passed" is a test count,
-# "assert 200 == 429" an assertion.
-_INFRA = re.compile(
-    r"\bHTTP(?:/\d(?:\.\d)?)?\s*(?:status\s*)?(?:429|5\d\d)\b"
-    r"|\b(?:status|status[ _]code|response code|error code|returned error|code)\s*[:=]?\s*"
-    r"(?:429|5\d\d)\b"
-    rf"|\b(?:429\s+Too Many Requests|5\d\d\s+(?:{_STATUS_WORDS}))\b"
-    rf"|\b(?:{_STATUS_WORDS})\b"
-    r"|\btoo many requests\b|\brate[ -]?limit(?:ed|ing|s)?\b|\bRateLimit(?:Error|Exceeded)\b"
-    r"|\bthrottl(?:ed|ing)\b|\bquota exceeded\b"
-    r"|name or service not known|temporary failure in name resolution|could not resolve host"
-    r"|nodename nor servname|\bgetaddrinfo\b|\bENOTFOUND\b|\bEAI_AGAIN\b|\bno such host\b"
-    r"|\bNameResolutionError\b|failed to resolve|\bunknown host\b|dns (?:lookup|resolution)"
-    r"|network is unreachable|no route to host|host is unreachable|\bENETUNREACH\b"
-    r"|\bEHOSTUNREACH\b",
-    re.IGNORECASE,
-)
-
-
-def is_infrastructure_error(result: ToolResult) -> bool:
-    """
-    Tell an infrastructure error from the agent's own failure.
-
-    A result that is not ``ok`` and reports a rate limit (HTTP 429, "rate limit",
-    "too many requests"), an HTTP 5xx status, or an unreachable host (DNS failure,
-    "network is unreachable", "no route to host"). "Connection refused" is the
-    agent's own failure: something it chose to call is not there.
-    """
-    return result.status is not ToolStatus.OK and bool(_INFRA.search(result.output))
 
 
 @attrs.frozen
@@ -216,30 +188,6 @@ class Ruling:
     result_fingerprint: str | None = None
 
 
-def _normalized_args(spec: ToolSpec, args: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in args.items():
-        if spec.identity is not None and key not in spec.identity:
-            continue
-        if key in spec.paths and isinstance(value, str):
-            value = normalize_path(value)
-        elif spec.name == "run_command" and key == "cmd" and isinstance(value, str | list):
-            value = normalize_command(value)
-        out[key] = value
-    return out
-
-
-def normalized_action(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> str:
-    """Return the canonical JSON of a call: its tool and identifying, normalized arguments."""
-    spec = spec_for(call.tool, dict(tools) if tools else None)
-    return canonical_json({"tool": call.tool, "args": _normalized_args(spec, call.args)})
-
-
-def action_key(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> str:
-    """Return the identity of a call for repetition checks (its normalized action)."""
-    return normalized_action(call, tools)
-
-
 def missing_files(required: Sequence[str], present: Iterable[str]) -> tuple[str, ...]:
     """
     Return the required file patterns that no present file matches, in their order.
@@ -269,69 +217,6 @@ def facts_digest(task: TaskFacts) -> str:
             }
         )
     )
-
-
-def _int(value: Any) -> int:
-    return expect_int(value, "a snapshot field")
-
-
-def _str(value: Any) -> str:
-    return expect_str(value, "a snapshot field")
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else _str(value)
-
-
-def _bool(value: Any) -> bool:
-    return expect_bool(value, "a snapshot field")
-
-
-def _strs(value: Any) -> list[str]:
-    if not isinstance(value, list):  # a snapshot is JSON: lists, never tuples
-        raise TypeError(f"a snapshot field must be a list of strings, got {str(value)[:80]}")
-    return list(expect_strings(value, "a snapshot field"))
-
-
-def _ints(value: Any) -> list[int]:
-    if not isinstance(value, list):
-        raise ValueError(f"expected a list of whole numbers, got {str(value)[:80]}")
-    return [_int(item) for item in value]
-
-
-def _pairs(value: Any, size: int) -> list[list[Any]]:
-    if not isinstance(value, list) or not all(
-        isinstance(v, list) and len(v) == size for v in value
-    ):
-        raise ValueError(f"expected a list of {size}-item lists, got {str(value)[:80]}")
-    return value
-
-
-def _hash64(text: str) -> int:
-    """A stable 64-bit hash of a text (Python's own ``hash`` changes between processes)."""
-    raw = text.encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big")
-
-
-def _pack64(values: Sequence[int]) -> str:
-    """Unsigned 64-bit integers as one base64 text, big-endian."""
-    packed = array("Q", values)
-    if packed.itemsize != 8:  # pragma: no cover - every platform CPython supports
-        raise RuntimeError("array('Q') is not 64 bits wide here")
-    if sys.byteorder == "little":
-        packed.byteswap()
-    return base64.b64encode(packed.tobytes()).decode("ascii")
-
-
-def _unpack64(text: str) -> list[int]:
-    raw = base64.b64decode(text, validate=True)
-    if len(raw) % 8:
-        raise ValueError(f"{len(raw)} bytes is not a whole number of 64-bit integers")
-    values = array("Q")
-    values.frombytes(raw)
-    if sys.byteorder == "little":
-        values.byteswap()
-    return values.tolist()
 
 
 @attrs.define(eq=False)
@@ -438,7 +323,7 @@ class Judge:
 
     def _action(self, call: ToolCall) -> str:
         """The call's normalized action (as :func:`action_key` has it), from the cached spec."""
-        args = _normalized_args(self.spec(call.tool), call.args)
+        args = normalized_args(self.spec(call.tool), call.args)
         return canonical_json({"tool": call.tool, "args": args})
 
     def protected_path(self, call: ToolCall) -> str | None:
@@ -486,7 +371,7 @@ class Judge:
             and threshold >= 2
             and w.stall + 1 >= threshold - 1
             and (action := self._action(call)) in w.idle
-            and w.outcomes.get(_hash64(action), 0) != 0
+            and w.outcomes.get(hash64(action), 0) != 0
             and not (call.poll and self._poll_allowed(call))
         ):
             return (
@@ -496,7 +381,7 @@ class Judge:
         return None
 
     def _poll_allowed(self, call: ToolCall) -> bool:
-        entry = self._window.polls.get(_hash64(self._action(call)))
+        entry = self._window.polls.get(hash64(self._action(call)))
         return entry is None or entry[1] < self.policy.poll_limit
 
     # -- steps --------------------------------------------------------------
@@ -625,15 +510,18 @@ class Judge:
     def _act(
         self, act: Act, failures_hit: set[tuple[str, str]], failed: list[str]
     ) -> tuple[bool | None, str, dict[str, Any], str | None]:
+        # Kept whole: the signals of one action (candidate, outcomes, work, failures, polls,
+        # shapes) update one window together, in an order that is part of the policy; apart,
+        # each piece would take the same half-dozen locals and hide that order.
         w = self._window
         self.actions += 1
         call, result = act.call, act.result
         spec = self.spec(call.tool)
         key = self._action(call)
-        khash = _hash64(key)
+        khash = hash64(key)
         fp = fingerprint(result.output)
         delta: dict[str, Any] = {}
-        outcome = _hash64(f"{result.status.value}:{fp}") or 1
+        outcome = hash64(f"{result.status.value}:{fp}") or 1
         first = w.outcomes.get(khash)
         # Only a call that always gave the same outcome is predictable enough to refuse.
         w.outcomes[khash] = outcome if first is None or first == outcome else 0
@@ -1182,8 +1070,8 @@ class Judge:
                 "failures": [[d, sig, list(seen)] for (d, sig), seen in w.failures.items()],
                 "iteration": w.iteration,
                 "tool_streaks": [[tool, n] for tool, n in w.tool_streaks.items()],
-                "outcome_actions": _pack64(list(w.outcomes)),
-                "outcome_values": _pack64(list(w.outcomes.values())),
+                "outcome_actions": pack64(list(w.outcomes)),
+                "outcome_values": pack64(list(w.outcomes.values())),
                 "idle": [[action, failure] for action, failure in w.idle.items()],
                 "shapes": [[f"{k:016x}", outcome] for k, outcome in w.shapes],
             },
@@ -1233,45 +1121,45 @@ class Judge:
         disposition = data["disposition"]
         stop_reason = data["stop_reason"]
         evidence: dict[tuple[str, str], dict[str, bool]] = {}
-        for d, c, verdicts in _pairs(data["evidence"], 3):
-            evidence[(_str(d), _str(c))] = {
-                _str(check): _bool(passed) for check, passed in _pairs(verdicts, 2)
+        for d, c, verdicts in as_pairs(data["evidence"], 3):
+            evidence[(as_str(d), as_str(c))] = {
+                as_str(check): as_bool(passed) for check, passed in as_pairs(verdicts, 2)
             }
         fields: dict[str, Any] = {
-            "digest": _str(data["digest"]),
-            "contract_version": _str(data["contract_version"]),
+            "digest": as_str(data["digest"]),
+            "contract_version": as_str(data["contract_version"]),
             "disposition": None if disposition is None else Disposition(disposition),
             "stop_reason": None
             if stop_reason is None
             else converter.structure(stop_reason, StopReason),
-            "state_version": _int(data["state_version"]),
-            "actions": _int(data["actions"]),
-            "rescues": _int(data["rescues"]),
-            "_rescue_text": _str(data["rescue_text"]),
+            "state_version": as_int(data["state_version"]),
+            "actions": as_int(data["actions"]),
+            "rescues": as_int(data["rescues"]),
+            "_rescue_text": as_str(data["rescue_text"]),
             "evidence": evidence,
-            "_last_failure": {_str(c): _str(k) for c, k in _pairs(data["last_failure"], 2)},
-            "fetched": set(_strs(data["fetched"])),
+            "_last_failure": {as_str(c): as_str(k) for c, k in as_pairs(data["last_failure"], 2)},
+            "fetched": set(as_strs(data["fetched"])),
         }
         w = data["window"]
         depth = max(self.policy.stall_threshold, 1)
-        keys, values = _unpack64(w["outcome_actions"]), _unpack64(w["outcome_values"])
+        keys, values = unpack64(w["outcome_actions"]), unpack64(w["outcome_values"])
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} actions with {len(values)} outcomes")
         window = _Window(
             work=WorkSet.from_snapshot(w["work"]),
-            seen=dict.fromkeys(_strs(w["seen"])),
-            stall=_int(w["stall"]),
-            same_response=_int(w["same_response"]),
-            last_response=_opt_str(w["last_response"]),
-            polls={int(k, 16): (_str(fp), _int(n)) for k, fp, n in _pairs(w["polls"], 3)},
+            seen=dict.fromkeys(as_strs(w["seen"])),
+            stall=as_int(w["stall"]),
+            same_response=as_int(w["same_response"]),
+            last_response=as_opt_str(w["last_response"]),
+            polls={int(k, 16): (as_str(fp), as_int(n)) for k, fp, n in as_pairs(w["polls"], 3)},
             failures={
-                (_str(d), _str(s)): deque((_int(i) for i in _ints(seen)), maxlen=depth)
-                for d, s, seen in _pairs(w["failures"], 3)
+                (as_str(d), as_str(s)): deque((as_int(i) for i in as_ints(seen)), maxlen=depth)
+                for d, s, seen in as_pairs(w["failures"], 3)
             },
-            iteration=_int(w["iteration"]),
-            tool_streaks={_str(t): _int(n) for t, n in _pairs(w["tool_streaks"], 2)},
+            iteration=as_int(w["iteration"]),
+            tool_streaks={as_str(t): as_int(n) for t, n in as_pairs(w["tool_streaks"], 2)},
             outcomes=dict(zip(keys, values, strict=True)),
-            idle={_str(a): _opt_str(f) for a, f in _pairs(w["idle"], 2)},
-            shapes=deque(((int(k, 16), _str(o)) for k, o in _pairs(w["shapes"], 2)), maxlen=10),
+            idle={as_str(a): as_opt_str(f) for a, f in as_pairs(w["idle"], 2)},
+            shapes=deque(((int(k, 16), as_str(o)) for k, o in as_pairs(w["shapes"], 2)), maxlen=10),
         )
         return fields, window

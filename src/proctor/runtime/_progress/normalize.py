@@ -11,6 +11,10 @@ when a recorded trajectory is replayed.
 Placeholders written by :func:`strip_volatile`: ``<time>``, ``<uuid>``, ``<hex>``,
 ``<addr>``, ``<pid>``, ``<dur>``, ``<tmp>``, ``<port>``. Meaningful numbers stay:
 line and column numbers, counts, exit codes, versions, memory sizes.
+
+Also here: a call's normalized action (:func:`normalized_action`, its identity
+for repetition checks), and :func:`is_infrastructure_error`, which tells a rate
+limit, a server error or an unreachable host from the agent's own failure.
 """
 
 from __future__ import annotations
@@ -19,18 +23,24 @@ import functools
 import posixpath
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proctor._digest import canonical_json, digest
+from proctor.runtime._records import ToolCall, ToolResult, ToolStatus
+from proctor.runtime._tools.spec import ToolSpec, spec_for
 
 __all__ = (
+    "action_key",
     "collapse_whitespace",
     "failure_signature",
     "fingerprint",
+    "is_infrastructure_error",
     "normalize_command",
     "normalize_output",
     "normalize_path",
+    "normalized_action",
+    "normalized_args",
     "prepare",
     "response_fingerprint",
     "split_command",
@@ -513,3 +523,63 @@ def response_fingerprint(text: str) -> str:
         text: the response text.
     """
     return digest(collapse_whitespace(text))
+
+
+_STATUS_WORDS = (
+    r"Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable|Gateway Time-?out"
+    r"|HTTP Version Not Supported|Insufficient Storage|Loop Detected|Network Authentication"
+)
+# An HTTP status only counts where it is said to be one: "522 passed" is a test count,
+# "assert 200 == 429" an assertion.
+_INFRA = re.compile(
+    r"\bHTTP(?:/\d(?:\.\d)?)?\s*(?:status\s*)?(?:429|5\d\d)\b"
+    r"|\b(?:status|status[ _]code|response code|error code|returned error|code)\s*[:=]?\s*"
+    r"(?:429|5\d\d)\b"
+    rf"|\b(?:429\s+Too Many Requests|5\d\d\s+(?:{_STATUS_WORDS}))\b"
+    rf"|\b(?:{_STATUS_WORDS})\b"
+    r"|\btoo many requests\b|\brate[ -]?limit(?:ed|ing|s)?\b|\bRateLimit(?:Error|Exceeded)\b"
+    r"|\bthrottl(?:ed|ing)\b|\bquota exceeded\b"
+    r"|name or service not known|temporary failure in name resolution|could not resolve host"
+    r"|nodename nor servname|\bgetaddrinfo\b|\bENOTFOUND\b|\bEAI_AGAIN\b|\bno such host\b"
+    r"|\bNameResolutionError\b|failed to resolve|\bunknown host\b|dns (?:lookup|resolution)"
+    r"|network is unreachable|no route to host|host is unreachable|\bENETUNREACH\b"
+    r"|\bEHOSTUNREACH\b",
+    re.IGNORECASE,
+)
+
+
+def is_infrastructure_error(result: ToolResult) -> bool:
+    """
+    Tell an infrastructure error from the agent's own failure.
+
+    A result that is not ``ok`` and reports a rate limit (HTTP 429, "rate limit",
+    "too many requests"), an HTTP 5xx status, or an unreachable host (DNS failure,
+    "network is unreachable", "no route to host"). "Connection refused" is the
+    agent's own failure: something it chose to call is not there.
+    """
+    return result.status is not ToolStatus.OK and bool(_INFRA.search(result.output))
+
+
+def normalized_args(spec: ToolSpec, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's identifying arguments (its tool's ``identity``), paths and commands normalized."""
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if spec.identity is not None and key not in spec.identity:
+            continue
+        if key in spec.paths and isinstance(value, str):
+            value = normalize_path(value)
+        elif spec.name == "run_command" and key == "cmd" and isinstance(value, str | list):
+            value = normalize_command(value)
+        out[key] = value
+    return out
+
+
+def normalized_action(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> str:
+    """Return the canonical JSON of a call: its tool and identifying, normalized arguments."""
+    spec = spec_for(call.tool, dict(tools) if tools else None)
+    return canonical_json({"tool": call.tool, "args": normalized_args(spec, call.args)})
+
+
+def action_key(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> str:
+    """Return the identity of a call for repetition checks (its normalized action)."""
+    return normalized_action(call, tools)

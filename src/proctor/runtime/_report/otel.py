@@ -79,6 +79,8 @@ def run_spans(view: RunView) -> list[SpanRecord]:
     The spans of a run: the run's first, then each step's (a model call before
     the step it proposed).
     """
+    # Kept whole: the run's span and its steps' are built in one pass over the steps, each step's
+    # span parented to the run's and timed from the step before it.
     run = view.run
     model = str(view.actor.get("model") or "unknown")
     root = _span_id(run.run_id)

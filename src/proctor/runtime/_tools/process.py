@@ -414,6 +414,8 @@ async def run_command(
         SandboxUnavailableError: the sandbox's mode is ``auto`` and bubblewrap
             cannot be used here.
     """
+    # Kept whole: starting, draining, the time limit and ending one process group are one state
+    # machine over one process.
     if not time_limit > 0:
         raise ConfigError(f"time_limit must be a positive number of seconds, not {time_limit!r}")
     if output_limit < 0:

@@ -285,6 +285,9 @@ async def _wired(
     session: _Session,
 ) -> AsyncIterator[tuple[Controller, Callable[[], list[Observation]]]]:
     """A controller for one hook call, with its accountant and verifier, as a live run has."""
+    # Kept whole: it wires one hook call's judge, ledger, channels, accountant, verifier and
+    # controller as a live run's wiring does, and yields inside their task group; split, the
+    # channels' ends would travel through helpers.
     from proctor.runtime._progress.judge import Judge
 
     task, journal = session.task, session.journal

@@ -1,0 +1,186 @@
+"""
+The SQLite journal's plumbing: a transaction in the connection's thread, a batch of steps, paths.
+
+What :class:`~proctor.runtime._journal.sqlite.Journal` does with ``sqlite3``
+below aiosqlite: one hop to the connection's thread for a whole transaction,
+the fate of each step in a batch written together, a migration script split
+into statements, and the checks a journal path passes before SQLite sees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar, cast
+
+import aiosqlite
+import anyio
+import attrs
+
+from proctor._errors import ConfigError, SchemaError
+from proctor.runtime._journal.crash import crash_point
+from proctor.runtime._journal.schema import SCHEMA_VERSION, SqliteMigration
+from proctor.runtime._journal.sqlite_sql import Sql
+
+__all__ = (
+    "apply_migration",
+    "schema_version",
+    "transaction",
+    "StepWrite",
+    "check_journal_path",
+    "in_thread",
+    "is_duplicate",
+    "nothing",
+    "prefix_query",
+    "statements",
+    "write_steps",
+)
+
+_T = TypeVar("_T")
+
+
+@attrs.define(eq=False)
+class StepWrite:
+    """One step waiting to be written, and what became of it."""
+
+    params: dict[str, Any]
+    written: bool | None = None
+    newest: int = 0
+    duplicate: sqlite3.IntegrityError | None = None
+    # The run's (status, epoch) when the write was fenced; None: no such run.
+    fence: tuple[str, int] | None = None
+
+    def reset(self) -> None:
+        """Forget a fate its rolled-back transaction undid."""
+        self.written, self.newest, self.duplicate, self.fence = None, 0, None, None
+
+
+def write_steps(batch: Sequence[StepWrite], conn: sqlite3.Connection) -> None:
+    """
+    Write steps inside the caller's transaction; note each one's fate.
+
+    A refused insert (a duplicate step) undoes only its own statement, so one
+    run's refusal costs the others nothing.
+    """
+    for step in batch:
+        run_id = step.params["run_id"]
+        crash_point("append_step:before")
+        try:
+            step.written = conn.execute(Sql.append_step, step.params).rowcount == 1
+        except sqlite3.IntegrityError as exc:
+            step.written, step.duplicate = False, exc
+        if step.written:
+            step.newest = int(conn.execute(Sql.newest_note, (run_id,)).fetchone()[0] or 0)
+        elif step.duplicate is None:
+            step.fence = conn.execute(Sql.run_fence, (run_id,)).fetchone()
+
+
+if not callable(getattr(aiosqlite.Connection, "_execute", None)):  # pragma: no cover
+    raise ImportError(
+        f"proctor's journal runs a transaction in aiosqlite's thread through "
+        f"aiosqlite.Connection._execute, which aiosqlite {aiosqlite.__version__} lacks: "
+        "install an aiosqlite from 0.20 to 0.22 (pip install 'aiosqlite>=0.20,<0.23')"
+    )
+
+
+async def in_thread(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    """
+    Call ``fn`` with the connection, in the connection's own thread.
+
+    aiosqlite sends each statement to its thread and back; this sends a whole
+    transaction at once. It goes through the same queue as every statement
+    (``Connection._execute``, the function aiosqlite's own methods call), so it
+    is ordered with them.
+    """
+    execute = cast(Callable[..., Awaitable[_T]], db._execute)
+    return await execute(fn, db._conn)
+
+
+def nothing(conn: sqlite3.Connection) -> None:
+    """A transaction's body that adds nothing to it (only the deferred spend)."""
+
+
+def statements(script: str) -> Iterator[str]:
+    """Split an SQL script into its statements (``executescript`` would commit first)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    if pending.strip():
+        raise AssertionError(f"an incomplete statement ends a migration: {pending!r}")
+
+
+def is_duplicate(exc: sqlite3.IntegrityError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE)
+
+
+def prefix_query(prefix: str) -> tuple[str, dict[str, str]]:
+    """Return the statement and parameters that find the runs whose id starts with ``prefix``."""
+    last = ord(prefix[-1])
+    # The successor of the prefix bounds an index range; where it cannot be
+    # spelled (the last code point, or a surrogate next), scan instead.
+    if last < 0x10FFFF and not 0xD800 <= last + 1 <= 0xDFFF:
+        return Sql.runs_by_prefix, {"low": prefix, "high": prefix[:-1] + chr(last + 1)}
+    return Sql.runs_by_prefix_scan, {"low": prefix}
+
+
+def check_journal_path(name: str, *, create: bool) -> None:
+    # Before SQLite sees the path: it would make an empty journal of a mistyped
+    # name, and say only "unable to open database file" of a missing directory.
+    folder = os.path.dirname(os.path.abspath(name))
+    if not os.path.isdir(folder):
+        raise ConfigError(
+            f"journal {name}: the directory {folder} does not exist "
+            "(give the path of a journal file in an existing directory)"
+        )
+    if os.path.isdir(name):
+        raise ConfigError(f"journal {name}: is a directory, not a journal file")
+    if not create and not os.path.exists(name):
+        raise ConfigError(
+            f"journal {name}: no such file (give --journal the file a run "
+            "wrote, such as proctor.db, or set PROCTOR_JOURNAL)"
+        )
+
+
+@contextlib.asynccontextmanager
+async def transaction(db: aiosqlite.Connection) -> AsyncIterator[None]:
+    """Run the body in one write transaction, rolled back if the body raises."""
+    # Every statement is queued to the connection's thread before the await
+    # that may be cancelled, so BEGIN and COMMIT sit inside the try: after a
+    # cancellation the rollback is queued behind them (and is a no-op when no
+    # transaction is open).
+    try:
+        await db.execute(Sql.begin)
+        yield
+        await db.commit()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await db.rollback()
+        raise
+
+
+async def schema_version(db: aiosqlite.Connection, path: str) -> int:
+    """The journal's schema version, refused when a newer proctor wrote it."""
+    rows = await db.execute_fetchall(Sql.user_version)
+    version = int(next(iter(rows))[0])
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"journal {path} has schema version {version}, but this proctor "
+            f"knows versions up to {SCHEMA_VERSION}: open it with a newer proctor"
+        )
+    return version
+
+
+async def apply_migration(db: aiosqlite.Connection, migration: SqliteMigration) -> None:
+    """Apply one migration inside the caller's transaction, skipping what is there."""
+    for table, column, declaration in migration.columns:
+        present = {row[1] for row in await db.execute_fetchall(Sql.table_info(table))}
+        if column not in present:
+            await db.execute(Sql.add_column(table, column, declaration))
+    for statement in statements(migration.script):
+        await db.execute(statement)
