@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.decorators import FC
 
 from proctor import ConfigError
 from proctor.cli.base import _JOURNAL, _fail, main
@@ -24,15 +26,22 @@ __all__ = (
 )
 
 
+_AGENT = click.argument("agent", type=click.Choice(["claude", "codex", "gemini"]))
+
+
+def _task_option(help_text: str) -> Callable[[FC], FC]:
+    return click.option(
+        "--task",
+        "task_file",
+        required=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=help_text,
+    )
+
+
 @main.command("hook")
-@click.argument("agent", type=click.Choice(["claude", "codex", "gemini"]))
-@click.option(
-    "--task",
-    "task_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The task file: checks, protected paths, budget, policy.",
-)
+@_AGENT
+@_task_option("The task file: checks, protected paths, budget, policy.")
 @_JOURNAL
 def hook_command(agent: str, task_file: Path, journal: str) -> None:
     """Answer one hook call of AGENT (claude, codex, gemini): its JSON on standard input."""
@@ -70,14 +79,8 @@ _CODEX_HOME = click.option(
 
 
 @hooks_group.command("install")
-@click.argument("agent", type=click.Choice(["claude", "codex", "gemini"]))
-@click.option(
-    "--task",
-    "task_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The task file each hook call is judged under.",
-)
+@_AGENT
+@_task_option("The task file each hook call is judged under.")
 @_PROJECT
 @_CODEX_HOME
 @_JOURNAL
@@ -141,7 +144,7 @@ def hooks_serve(journal: str, socket_file: Path | None) -> None:
 
 
 @hooks_group.command("uninstall")
-@click.argument("agent", type=click.Choice(["claude", "codex", "gemini"]))
+@_AGENT
 @_PROJECT
 @_CODEX_HOME
 def hooks_uninstall(agent: str, project: Path, codex_home: Path | None) -> None:
