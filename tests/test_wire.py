@@ -9,23 +9,43 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proctor import _wire
-from proctor._wire import PROPOSAL_TAGS, converter, dumps, loads, to_jsonable
+from proctor._errors import JournalError, TrajectoryError
+from proctor._wire import (
+    EVENT_KEYS,
+    PROPOSAL_TAGS,
+    converter,
+    dumps,
+    event_from_json,
+    event_to_json,
+    loads,
+    step_event,
+    to_jsonable,
+)
 from proctor.runtime._records import (
+    ActionEvent,
+    ActionResult,
     Claim,
+    ClaimEvent,
     Completion,
     Decision,
     Disposition,
     Message,
+    MessageEvent,
     MessageKind,
     Observation,
     ObservationKind,
     Proposal,
+    RefusedEvent,
     Round,
+    SignalEvent,
     StopReason,
     ToolCall,
     ToolResult,
     ToolStatus,
     TraceRecord,
+    TrajectoryEvent,
+    UserEvent,
+    VerdictEvent,
 )
 
 T = TypeVar("T")
@@ -101,6 +121,54 @@ observations = st.builds(
     remaining=_remaining,
     disposition=st.none() | st.sampled_from(Disposition),
 )
+_text = st.text(max_size=20)
+_args = st.dictionaries(
+    st.text(max_size=8), st.one_of(st.none(), st.booleans(), st.integers(), _text), max_size=3
+)
+_results = st.builds(
+    ActionResult,
+    status=st.sampled_from(["ok", "error", "timeout"]),
+    exit_code=st.one_of(st.none(), st.integers(-(2**31), 2**31)),
+    output=_text,
+)
+EVENTS: st.SearchStrategy[TrajectoryEvent] = st.one_of(
+    st.builds(
+        ActionEvent,
+        tool=_text,
+        args=_args,
+        result=_results,
+        round=st.one_of(st.none(), st.integers(0, 99), _text),
+        poll=st.booleans(),
+        changed=st.booleans(),
+        candidate=st.one_of(st.none(), st.text(min_size=1, max_size=12)),
+    ),
+    st.builds(
+        MessageEvent,
+        kind=st.sampled_from(MessageKind),
+        text=_text,
+        sources=st.tuples(_text),
+        blockers=st.tuples(),
+    ),
+    st.builds(
+        VerdictEvent,
+        check=_text,
+        passed=st.booleans(),
+        of_event=st.one_of(st.none(), st.integers(0, 5)),
+        output=_text,
+    ),
+    st.builds(SignalEvent, name=st.sampled_from(["user_stop", "stop_signal", "deadline"])),
+    st.builds(UserEvent, text=_text),
+    st.builds(
+        ClaimEvent,
+        status=st.sampled_from(["blocked", "needs_input"]),
+        condition=_text,
+        evidence=st.tuples(_text, _text),
+        reason=_text,
+    ),
+    st.builds(RefusedEvent, reason=_text),
+)
+
+
 trace_records = st.builds(
     TraceRecord,
     trace_id=_texts,
@@ -120,7 +188,7 @@ trace_records = st.builds(
     disposition=st.none() | st.sampled_from(Disposition),
     policy_version=_texts,
     at=_floats,
-    event=st.none() | _json_objects,
+    event=st.none() | EVENTS,
 )
 
 
@@ -293,3 +361,84 @@ def test_a_bad_literal_is_refused() -> None:
 def test_a_string_is_not_a_list_of_sources(sources: Any) -> None:
     error = _refuses({"type": "message", "kind": "final_answer", "sources": sources}, Proposal)
     assert cattrs.transform_error(error) == ["invalid value for type, expected tuple @ $.sources"]
+
+
+# -- trajectory events -----------------------------------------------------------------
+
+
+@given(EVENTS)
+def test_an_event_round_trips_through_its_json(event: TrajectoryEvent) -> None:
+    data = event_to_json(event)
+    assert next(iter(data)) == "type"
+    assert list(data) == [k for k in EVENT_KEYS[event.type] if k in data]
+    # What a file or the journal holds is JSON text: the record survives it.
+    assert event_from_json(json.loads(json.dumps(data))) == event
+
+
+@given(EVENTS)
+def test_a_trace_record_carries_its_event_through_the_converter(event: TrajectoryEvent) -> None:
+    record = TraceRecord(
+        trace_id="t",
+        run_id="r",
+        step=1,
+        kind=event.type,
+        action=None,
+        tool_status=None,
+        result_fingerprint=None,
+        state_version=0,
+        state_delta={},
+        remaining={},
+        decision=Decision.CONTINUE,
+        progress=False,
+        reason="",
+        stop_reason=None,
+        disposition=None,
+        policy_version="p",
+        at=0.0,
+        event=event,
+    )
+    data = to_jsonable(record)
+    assert data["event"] == event_to_json(event)
+    assert converter.structure(data, TraceRecord) == record
+
+
+def test_defaults_are_left_out_as_the_format_writes_them() -> None:
+    event = ActionEvent(tool="run_command", args={"cmd": "true"}, result=ActionResult(status="ok"))
+    assert event_to_json(event) == {
+        "type": "action",
+        "tool": "run_command",
+        "args": {"cmd": "true"},
+        "result": {"status": "ok", "exit_code": None, "output": ""},
+    }
+    assert event_to_json(VerdictEvent(check="t", passed=True)) == {
+        "type": "verdict",
+        "check": "t",
+        "passed": True,
+        "output": "",
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ([], "an event must be a JSON object"),
+        ({"type": "nap"}, "type must be one of action, message"),
+        ({"type": "action", "tool": "x"}, "an action event needs the key 'result'"),
+        ({"type": "action", "tool": "x", "result": {"status": "fine"}}, "result.status must be"),
+        ({"type": "message", "kind": "final_answer", "text": 3}, "text must be a string"),
+        ({"type": "verdict", "check": "t", "passed": "yes"}, "passed must be true or false"),
+        ({"type": "signal", "name": "sigkill"}, "signal name must be one of"),
+        ({"type": "user", "text": "hi", "extra": 1}, "unknown key 'extra' in a user event"),
+        ({"type": "claim", "status": "done"}, "status must be one of blocked, needs_input"),
+    ],
+)
+def test_a_bad_event_is_refused_with_what_was_expected(data: Any, expected: str) -> None:
+    with pytest.raises(TrajectoryError, match=expected) as caught:
+        event_from_json(data, line=7)
+    assert caught.value.line == 7
+
+
+def test_a_bad_journaled_event_names_its_run_and_step() -> None:
+    with pytest.raises(JournalError, match="run r1, step 4: the journaled event"):
+        step_event({"run_id": "r1", "step": 4, "event": {"type": "complete"}})
+    assert step_event({"run_id": "r1", "step": 5, "event": None}) is None

@@ -49,6 +49,8 @@ from proctor.runtime._journal.postgres import PgJournal
 from proctor.runtime._records import (
     Decision,
     Disposition,
+    MessageEvent,
+    MessageKind,
     StopReason,
     ToolStatus,
     TraceRecord,
@@ -598,7 +600,7 @@ async def test_steps_round_trip(journal: JournalLike) -> None:
             disposition=Disposition.COMPLETED,
             policy_version="p1",
             at=1_700_000_003.0,
-            event={"type": "complete", "summary": "done"},
+            event=MessageEvent(kind=MessageKind.FINAL_ANSWER, text="done"),
         )
     )
     records = [step("run-a", 1), step("run-a", 2), last]

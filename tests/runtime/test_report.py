@@ -34,7 +34,7 @@ from proctor.runtime import (
     show_renderable,
     trace_table,
 )
-from proctor.runtime._records import Completion, Message, MessageKind
+from proctor.runtime._records import ActionEvent, ActionResult, Completion, Message, MessageKind
 from proctor.runtime._report import format_amount, render_report
 from proctor.runtime._report.html import OUTPUT_LIMIT
 from proctor.runtime._report.terminal import clip
@@ -285,7 +285,8 @@ def test_spend_puts_the_usual_dimensions_first() -> None:
 
 @given(st.text(), st.text())
 def test_an_action_summary_is_one_line(tool: str, path: str) -> None:
-    text = action_text("action", {"type": "action", "tool": tool, "args": {"path": path}}, None)
+    event = ActionEvent(tool=tool, args={"path": path}, result=ActionResult(status="ok"))
+    text = action_text("action", event, None)
     assert "\n" not in text
     assert "\r" not in text
 

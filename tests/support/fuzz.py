@@ -39,6 +39,8 @@ from proctor.runtime._progress.judge import Act, Judge, TaskFacts, normalized_ac
 from proctor.runtime._progress.policy import Policy
 from proctor.runtime._progress.trajectory import parse_trajectory, replay
 from proctor.runtime._records import (
+    ActionEvent,
+    ActionResult,
     Claim,
     Completion,
     Decision,
@@ -50,6 +52,7 @@ from proctor.runtime._records import (
     ToolResult,
     ToolStatus,
     TraceRecord,
+    TrajectoryEvent,
 )
 from proctor.runtime._task import parse_task
 from proctor.runtime._tools.registry import ToolRegistry
@@ -153,7 +156,7 @@ def check_proposal(proposal: Proposal) -> str:
         return "refused"
     try:
         judge = Judge(TaskFacts(kind="build", checks=("t",)), Policy(), digest="d0")
-        event: dict[str, Any] | None = None
+        event: TrajectoryEvent | None = None
         if isinstance(proposal, ToolCall | Round):
             calls = (proposal,) if isinstance(proposal, ToolCall) else proposal.calls
             items = []
@@ -478,7 +481,7 @@ def _record(n: int) -> dict[str, Any]:
         disposition=None,
         policy_version="p1",
         at=1_700_000_000.0 + n,
-        event={"type": "action", "tool": "write_file", "args": {}},
+        event=ActionEvent(tool="write_file", result=ActionResult(status="ok")),
     )
     data: dict[str, Any] = to_jsonable(record)
     return data

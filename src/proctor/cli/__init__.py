@@ -101,15 +101,14 @@ def _live(console: Console) -> tuple[Any, Any, Any]:
 
     Returns the status (or None), the step callback and the call callback.
     """
-    from proctor.runtime import action_text, clip, format_spend
+    from proctor.runtime import action_text, call_text, clip, format_spend
 
     line = _LiveLine()
     status = console.status(line, spinner="dots") if console.is_terminal else None
     last = [line.started]
 
     def on_call(step: int, call: Any) -> None:
-        event = {"type": "action", "tool": call.tool, "args": call.args}
-        line.running(step, clip(action_text("action", event, None), 60))
+        line.running(step, clip(call_text(call.tool, call.args), 60))
 
     def on_step(record: TraceRecord) -> None:
 

@@ -240,7 +240,7 @@ FOLLOW_EVERY = 0.5
 
 def _follow(run_id: str, journal: str, wide: bool) -> None:
     """Tail a run's steps until it ends, then print its handoff."""
-    from proctor.runtime import action_text, format_spend, handoff_lines
+    from proctor.runtime import format_spend, handoff_lines, step_text
 
     console = Console(highlight=False)
 
@@ -255,7 +255,7 @@ def _follow(run_id: str, journal: str, wide: bool) -> None:
                     seen = s["step"]
                     took = s["at"] - previous
                     previous = s["at"]
-                    action = action_text(s["kind"], s.get("event"), s.get("action"))
+                    action = step_text(s)
                     reason = f"  ({s['reason']})" if s["decision"] != "continue" else ""
                     line = f"step {seen:>4}  {took:6.1f}s  {s['decision']:<8}  {action}{reason}"
                     console.print(line, markup=False, no_wrap=not wide, overflow="ellipsis")

@@ -87,28 +87,38 @@ if TYPE_CHECKING:
     from proctor.runtime._progress.trajectory import parse_trajectory as parse_trajectory
     from proctor.runtime._progress.trajectory import read_trajectory as read_trajectory
     from proctor.runtime._progress.trajectory import replay as replay
+    from proctor.runtime._records import ActionEvent as ActionEvent
+    from proctor.runtime._records import ActionResult as ActionResult
     from proctor.runtime._records import Claim as Claim
+    from proctor.runtime._records import ClaimEvent as ClaimEvent
     from proctor.runtime._records import Completion as Completion
     from proctor.runtime._records import Decision as Decision
     from proctor.runtime._records import Disposition as Disposition
     from proctor.runtime._records import Message as Message
+    from proctor.runtime._records import MessageEvent as MessageEvent
     from proctor.runtime._records import MessageKind as MessageKind
     from proctor.runtime._records import NoteKind as NoteKind
     from proctor.runtime._records import Observation as Observation
     from proctor.runtime._records import ObservationKind as ObservationKind
     from proctor.runtime._records import Proposal as Proposal
+    from proctor.runtime._records import RefusedEvent as RefusedEvent
     from proctor.runtime._records import Round as Round
+    from proctor.runtime._records import SignalEvent as SignalEvent
     from proctor.runtime._records import StopReason as StopReason
     from proctor.runtime._records import ToolCall as ToolCall
     from proctor.runtime._records import ToolResult as ToolResult
     from proctor.runtime._records import ToolStatus as ToolStatus
     from proctor.runtime._records import TraceRecord as TraceRecord
+    from proctor.runtime._records import TrajectoryEvent as TrajectoryEvent
+    from proctor.runtime._records import UserEvent as UserEvent
+    from proctor.runtime._records import VerdictEvent as VerdictEvent
     from proctor.runtime._report import CandidateView as CandidateView
     from proctor.runtime._report import EvidenceView as EvidenceView
     from proctor.runtime._report import RunView as RunView
     from proctor.runtime._report import SpanRecord as SpanRecord
     from proctor.runtime._report import StepView as StepView
     from proctor.runtime._report import action_text as action_text
+    from proctor.runtime._report import call_text as call_text
     from proctor.runtime._report import clip as clip
     from proctor.runtime._report import emit_spans as emit_spans
     from proctor.runtime._report import format_spend as format_spend
@@ -120,6 +130,7 @@ if TYPE_CHECKING:
     from proctor.runtime._report import run_spans as run_spans
     from proctor.runtime._report import runs_table as runs_table
     from proctor.runtime._report import show_renderable as show_renderable
+    from proctor.runtime._report import step_text as step_text
     from proctor.runtime._report import trace_table as trace_table
     from proctor.runtime._task import ActorSpec as ActorSpec
     from proctor.runtime._task import Approval as Approval
@@ -211,6 +222,15 @@ _LAZY: dict[str, tuple[str, str]] = {
     "parse_trajectory": ("proctor.runtime._progress.trajectory", "parse_trajectory"),
     "read_trajectory": ("proctor.runtime._progress.trajectory", "read_trajectory"),
     "replay": ("proctor.runtime._progress.trajectory", "replay"),
+    "ActionEvent": ("proctor.runtime._records", "ActionEvent"),
+    "ActionResult": ("proctor.runtime._records", "ActionResult"),
+    "ClaimEvent": ("proctor.runtime._records", "ClaimEvent"),
+    "MessageEvent": ("proctor.runtime._records", "MessageEvent"),
+    "RefusedEvent": ("proctor.runtime._records", "RefusedEvent"),
+    "SignalEvent": ("proctor.runtime._records", "SignalEvent"),
+    "TrajectoryEvent": ("proctor.runtime._records", "TrajectoryEvent"),
+    "UserEvent": ("proctor.runtime._records", "UserEvent"),
+    "VerdictEvent": ("proctor.runtime._records", "VerdictEvent"),
     "Claim": ("proctor.runtime._records", "Claim"),
     "Completion": ("proctor.runtime._records", "Completion"),
     "Decision": ("proctor.runtime._records", "Decision"),
@@ -233,6 +253,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "SpanRecord": ("proctor.runtime._report", "SpanRecord"),
     "StepView": ("proctor.runtime._report", "StepView"),
     "action_text": ("proctor.runtime._report", "action_text"),
+    "call_text": ("proctor.runtime._report", "call_text"),
+    "step_text": ("proctor.runtime._report", "step_text"),
     "clip": ("proctor.runtime._report", "clip"),
     "emit_spans": ("proctor.runtime._report", "emit_spans"),
     "format_spend": ("proctor.runtime._report", "format_spend"),
@@ -292,6 +314,15 @@ __all__ = (
     "Approval",
     "Candidate",
     "CandidateView",
+    "ActionEvent",
+    "ActionResult",
+    "ClaimEvent",
+    "MessageEvent",
+    "RefusedEvent",
+    "SignalEvent",
+    "TrajectoryEvent",
+    "UserEvent",
+    "VerdictEvent",
     "Claim",
     "Claimed",
     "CommandProbe",
@@ -352,6 +383,8 @@ __all__ = (
     "TraceRecord",
     "WorkerStats",
     "action_text",
+    "call_text",
+    "step_text",
     "amend",
     "answer",
     "approve",

@@ -18,22 +18,31 @@ import attrs
 
 __all__ = (
     "fence_breach_finding",
+    "ActionEvent",
+    "ActionResult",
     "Claim",
+    "ClaimEvent",
     "Completion",
     "Decision",
     "Disposition",
     "Message",
+    "MessageEvent",
     "MessageKind",
     "NoteKind",
     "Observation",
     "ObservationKind",
     "Proposal",
+    "RefusedEvent",
     "Round",
+    "SignalEvent",
     "StopReason",
     "ToolCall",
     "ToolResult",
     "ToolStatus",
     "TraceRecord",
+    "TrajectoryEvent",
+    "UserEvent",
+    "VerdictEvent",
 )
 
 
@@ -266,6 +275,128 @@ class Observation:
     disposition: Disposition | None = None
 
 
+# -- trajectory events ---------------------------------------------------------------
+#
+# The events of a recorded trajectory (docs/trajectory.md), as records: the live
+# controller writes them into the journal, and replay, resume, the gateway, the
+# reports and the CLI read them back. proctor._wire turns them into the format's
+# JSON and back (``event_to_json`` / ``event_from_json``), so the key order and the
+# keys left out by default are decided in one place.
+
+
+@attrs.frozen(kw_only=True)
+class ActionResult:
+    """
+    What the world answered an action: ``status`` ok, error or timeout.
+
+    Args:
+        status: ok, error or timeout (the trajectory format's vocabulary).
+        exit_code: a command's exit code, when it has one.
+        output: the tool's text output.
+    """
+
+    status: Literal["ok", "error", "timeout"]
+    exit_code: int | None = None
+    output: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ActionEvent:
+    """
+    A tool call and its result.
+
+    Args:
+        tool: the tool's name.
+        args: its arguments.
+        result: what it returned.
+        round: the parallel round it belongs to (one iteration), if any.
+        poll: the call waits on outside state (see :class:`ToolCall`).
+        changed: the call changed the workspace in a way no write shows (a shell edit).
+        candidate: the workspace's digest after the call, when it is known exactly.
+    """
+
+    type: Literal["action"] = "action"
+    tool: str
+    args: dict[str, Any] = attrs.field(factory=dict)
+    result: ActionResult
+    round: int | str | None = None
+    poll: bool = False
+    changed: bool = False
+    candidate: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class MessageEvent:
+    """A typed message of the agent (see :class:`Message`)."""
+
+    type: Literal["message"] = "message"
+    kind: MessageKind
+    text: str = ""
+    sources: tuple[str, ...] = ()
+    blockers: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class VerdictEvent:
+    """
+    An external check's verdict.
+
+    Args:
+        check: the check's name.
+        passed: whether it passed.
+        of_event: the event whose candidate it judged (0: the start); None: the
+            event before it.
+        output: the check's output (an excerpt).
+    """
+
+    type: Literal["verdict"] = "verdict"
+    check: str
+    passed: bool
+    of_event: int | None = None
+    output: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class SignalEvent:
+    """An outside signal: ``user_stop``, ``stop_signal`` or ``deadline``."""
+
+    type: Literal["signal"] = "signal"
+    name: Literal["user_stop", "stop_signal", "deadline"]
+
+
+@attrs.frozen(kw_only=True)
+class UserEvent:
+    """A person's instruction or answer: it opens a fresh progress window."""
+
+    type: Literal["user"] = "user"
+    text: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ClaimEvent:
+    """An escalation claim of the agent (see :class:`Claim`)."""
+
+    type: Literal["claim"] = "claim"
+    status: Literal["blocked", "needs_input"]
+    condition: str = ""
+    evidence: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class RefusedEvent:
+    """A proposal refused at the controller's boundary, before any tool ran."""
+
+    type: Literal["refused"] = "refused"
+    reason: str = ""
+
+
+#: One event of a recorded trajectory; its ``type`` names which.
+TrajectoryEvent = (
+    ActionEvent | MessageEvent | VerdictEvent | SignalEvent | UserEvent | ClaimEvent | RefusedEvent
+)
+
+
 @attrs.frozen
 class TraceRecord:
     """
@@ -312,4 +443,4 @@ class TraceRecord:
     disposition: Disposition | None
     policy_version: str
     at: float
-    event: dict[str, Any] | None = None
+    event: TrajectoryEvent | None = None

@@ -84,11 +84,15 @@ from proctor.runtime._records import (
     Observation,
     ObservationKind,
     Proposal,
+    RefusedEvent,
     Round,
     ToolCall,
     ToolResult,
     ToolStatus,
     TraceRecord,
+    TrajectoryEvent,
+    UserEvent,
+    VerdictEvent,
 )
 from proctor.runtime._task import Task
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool, check_call
@@ -109,7 +113,8 @@ __all__ = (
 )
 
 from proctor.runtime._control.endings import Endings
-from proctor.runtime._control.notes import Inbound, OperatorNotes, StopRequest, Wake
+from proctor.runtime._control.notes import OperatorNotes
+from proctor.runtime._control.parts import Inbound, StopRequest, Wake
 from proctor.runtime._control.trace import (
     _action_event,
     _claim_event,
@@ -380,7 +385,7 @@ class Controller(Endings, OperatorNotes):
         *,
         action: str | None = None,
         result: ToolResult | None = None,
-        event: dict[str, Any] | None = None,
+        event: TrajectoryEvent | None = None,
     ) -> TraceRecord:
         """Journal one step; only then may it be reported."""
         self.step += 1
@@ -470,7 +475,7 @@ class Controller(Endings, OperatorNotes):
         greeting += await self._recover_effects()
         if answer is not None:
             ruling = attrs.evolve(self.judge.user(answer), reason=f"a person answered: {answer}")
-            await self._record("user", ruling, event={"type": "user", "text": answer})
+            await self._record("user", ruling, event=UserEvent(text=answer))
             greeting += f"\nA person answered the question the last run ended on:\n{answer}"
         intro = briefing(self.task, self.registry.names())
         await self._observe(
@@ -561,7 +566,7 @@ class Controller(Endings, OperatorNotes):
             await self._exhausted(charged)
             return
         ruling = self.judge.refusal(reason)
-        record = await self._record("refused", ruling, event={"type": "refused", "reason": reason})
+        record = await self._record("refused", ruling, event=RefusedEvent(reason=reason))
         await self._report(record, ruling)
 
     async def _proposal(self, proposal: Proposal) -> None:
@@ -617,7 +622,7 @@ class Controller(Endings, OperatorNotes):
                     "the checks first, then claim with the evidence they gave"
                 )
                 ruling = self.judge.refusal(reason)
-                refused: dict[str, Any] = {"type": "refused", "reason": reason}
+                refused = RefusedEvent(reason=reason)
                 await self._report(await self._record("claim", ruling, event=refused), ruling)
                 return
             if (
@@ -917,8 +922,7 @@ class Controller(Endings, OperatorNotes):
             # Not verified: a step without progress, as any refusal.
             reason = f"verification refused: {exc} (limits.snapshot_bytes)"
             ruling = self.judge.refusal(reason)
-            event: dict[str, Any] = {"type": "refused", "reason": reason}
-            record = await self._record("refused", ruling, event=event)
+            record = await self._record("refused", ruling, event=RefusedEvent(reason=reason))
             if report:
                 await self._report(record, ruling)
             return
@@ -998,12 +1002,9 @@ class Controller(Endings, OperatorNotes):
                 ruling,
                 delta={**ruling.delta, "digest": result.digest, "contract": verdict.contract},
             )
-            event = {
-                "type": "verdict",
-                "check": evidence.check,
-                "passed": evidence.passed,
-                "output": evidence.excerpt,
-            }
+            event = VerdictEvent(
+                check=evidence.check, passed=evidence.passed, output=evidence.excerpt
+            )
             await self._record("verdict", ruling, event=event)
             last = ruling
             status = "passed" if evidence.passed else "FAILED"

@@ -13,39 +13,35 @@ journals are the controller's own.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor._wire import converter, to_jsonable
 from proctor.budgets._accountant import Deadline
 from proctor.budgets._budget import Exhaustion
 from proctor.runtime._actors.base import ActorCrashed, ActorFinished
 from proctor.runtime._control.history import save_snapshot, snapshot_due
-from proctor.runtime._control.notes import Inbound, StopRequest
+from proctor.runtime._control.parts import ControllerParts, Inbound
 from proctor.runtime._control.trace import _handoff
-from proctor.runtime._effects.ledger import EffectLedger
-from proctor.runtime._journal import JournalLike
-from proctor.runtime._outcome import Handoff
-from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, normalized_action
+from proctor.runtime._progress.judge import Refused, Ruling, normalized_action
 from proctor.runtime._records import (
+    ActionEvent,
     Claim,
     Completion,
     Decision,
     Message,
     Observation,
     ObservationKind,
-    Proposal,
     Round,
+    SignalEvent,
     StopReason,
     ToolCall,
     ToolResult,
     ToolStatus,
     TraceRecord,
+    TrajectoryEvent,
 )
-from proctor.runtime._task import Task
 from proctor.verifiers._evidence import Evidence
 
 __all__ = ("AFTER_END_LIMIT", "AFTER_END_WAIT", "Endings")
@@ -56,67 +52,11 @@ AFTER_END_LIMIT = 16
 AFTER_END_WAIT = 2.0
 
 
-class Endings:
+class Endings(ControllerParts):
     """The controller's methods that end a run."""
 
-    if not TYPE_CHECKING:
-        # The controller is slotted: no instance dictionary through its bases either.
-        # (Hidden from mypy, which would then refuse the assignments below.)
-        __slots__ = ()
-
-    if TYPE_CHECKING:
-        # The controller's own attributes and methods, which these methods use.
-        task: Task
-        run_id: str
-        task_id: str
-        epoch: int
-        journal: JournalLike
-        judge: Judge
-        to_actor: MemoryObjectSendStream[Observation]
-        actor_scope: anyio.CancelScope
-        step: int
-        remaining: dict[str, float]
-        final_digest: str
-        effects: EffectLedger
-        handoff: Handoff | None
-        answer: str
-        cited: tuple[str, ...]
-        _deadline: Deadline | None
-        _stop: StopRequest | None
-        _actor_done: bool
-        _snapshot_step: int
-
-        async def _receive(self) -> Inbound: ...
-
-        async def _settle(self, reservation: int | None, actual: dict[str, float]) -> None: ...
-
-        async def _digest(self, *, full: bool = False) -> str: ...
-
-        async def _record(
-            self,
-            kind: str,
-            ruling: Ruling,
-            *,
-            action: str | None = None,
-            result: ToolResult | None = None,
-            event: dict[str, Any] | None = None,
-        ) -> TraceRecord: ...
-
-        async def _observe(
-            self,
-            kind: ObservationKind,
-            text: str,
-            results: Sequence[ToolResult] = (),
-        ) -> None: ...
-
-        async def _verify(self, report: bool = True) -> None: ...
-
-        def _refusal(self, proposal: Proposal) -> str | None: ...
-
-        async def _dispatch(self, call: ToolCall, *, charged: bool = False) -> Act | Refused: ...
-
     async def _wrap_up(
-        self, otherwise: Callable[[], Ruling], event: dict[str, Any] | None = None
+        self, otherwise: Callable[[], Ruling], event: TrajectoryEvent | None = None
     ) -> None:
         """Verify the candidate with the controller's reserve; end otherwise if it fails."""
         if self.task.kind == "build" and self.task.checks:
@@ -135,9 +75,7 @@ class Endings:
             bound=exhaustion.bound,
             scope=exhaustion.scope,
         )
-        await self._wrap_up(
-            lambda: self.judge.exhausted(reason), {"type": "signal", "name": "deadline"}
-        )
+        await self._wrap_up(lambda: self.judge.exhausted(reason), SignalEvent(name="deadline"))
 
     async def _on_deadline(self, deadline: Deadline) -> None:
         self._deadline = None
@@ -152,7 +90,7 @@ class Endings:
                 scope=deadline.exhaustion.scope,
             )
             await self._record(
-                "ended", self.judge.exhausted(reason), event={"type": "signal", "name": "deadline"}
+                "ended", self.judge.exhausted(reason), event=SignalEvent(name="deadline")
             )
             return
         await self._exhausted(deadline.exhaustion)
@@ -255,5 +193,5 @@ class Endings:
             await save_snapshot(self.journal, self.run_id, self.judge, self.step, final=True)
         elif not self.judge.terminal and snapshot_due(self.step, self._snapshot_step):
             self._snapshot_step = self.step
-            round_id = (record.event or {}).get("round")
+            round_id = record.event.round if isinstance(record.event, ActionEvent) else None
             await save_snapshot(self.journal, self.run_id, self.judge, self.step, round_id=round_id)

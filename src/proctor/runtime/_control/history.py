@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from proctor._logging import get_logger
+from proctor._wire import step_event, step_round
 from proctor.runtime._effects.ledger import EffectLedger, EffectRecord, EffectState, Target
 from proctor.runtime._journal import JournalLike, RunRow
 from proctor.runtime._progress.judge import SNAPSHOT_FORMAT, Judge, SnapshotRefused
@@ -61,7 +62,7 @@ def count_proposals(steps: Sequence[Mapping[str, Any]]) -> int:
         if step.get("kind") not in PROPOSAL_KINDS:
             last_round = None
             continue
-        rnd = (step.get("event") or {}).get("round") if step.get("kind") == "action" else None
+        rnd = step_round(step) if step.get("kind") == "action" else None
         if rnd is None or rnd != last_round:
             count += 1
         last_round = rnd
@@ -126,7 +127,7 @@ async def save_snapshot(
     judge: Judge,
     step: int,
     *,
-    round_id: str | None = None,
+    round_id: int | str | None = None,
     final: bool = False,
 ) -> None:
     """
@@ -158,16 +159,12 @@ def _replay_run(judge: Judge, records: Sequence[Mapping[str, Any]]) -> None:
     by_index: dict[int, Mapping[str, Any]] = {}
     events: list[Event] = []
     for record in records:
-        event = record.get("event")
-        if not event:
+        body = step_event(record)
+        if body is None:
             continue
         index = int(record["step"])
-        data = dict(event)
-        delta = record.get("state_delta") or {}
-        if data.get("type") == "verdict":
-            data["contract"] = delta.get("contract", "")
         by_index[index] = record
-        events.append(Event(index, str(data["type"]), data))
+        events.append(Event(index, body))
 
     def admit(call: ToolCall, event: Event) -> str | None:
         record = by_index[event.index]
@@ -181,7 +178,12 @@ def _replay_run(judge: Judge, records: Sequence[Mapping[str, Any]]) -> None:
         delta = by_index[event.index].get("state_delta") or {}
         return str(delta.get("digest", judge.digest))
 
-    for _ in drive(judge, events, Candidates(admit, apply, judged)):
+    def contract(event: Event) -> str:
+        # The contract the verdict's evidence was bound to, as journaled with it.
+        delta = by_index[event.index].get("state_delta") or {}
+        return str(delta.get("contract", ""))
+
+    for _ in drive(judge, events, Candidates(admit, apply, judged, contract)):
         pass
     if records:
         # The live decision core also counted changes no step records (a candidate
@@ -302,7 +304,7 @@ async def load_history(
                 records = [
                     r
                     for r in await journal.steps(runs[first].run_id, after=covered)
-                    if covered_round is None or (r.get("event") or {}).get("round") != covered_round
+                    if covered_round is None or step_round(r) != covered_round
                 ]
                 _replay_run(judge, records)
                 first += 1

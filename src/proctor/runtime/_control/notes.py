@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 import attrs
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectSendStream
 
 from proctor import _channels as channels
 from proctor._errors import ProctorError
 from proctor._logging import get_logger
 from proctor.budgets._accountant import (
-    AccountantReply,
-    AccountantRequest,
     Deadline,
     Pause,
     Rejected,
@@ -36,125 +33,32 @@ from proctor.budgets._accountant import (
     Retuned,
     RetuneLimit,
 )
-from proctor.runtime._actors.base import ActorCrashed, ActorFinished, ActorSpend
+from proctor.runtime._control.parts import ControllerParts, Inbound, StopRequest, Wake
 from proctor.runtime._control.trace import _claim_event
-from proctor.runtime._journal import JournalLike
 from proctor.runtime._operator import apply_amendment
-from proctor.runtime._progress.judge import Judge, Ruling
+from proctor.runtime._progress.judge import Ruling
 from proctor.runtime._records import (
     Claim,
     Decision,
     NoteKind,
     ObservationKind,
-    Proposal,
+    SignalEvent,
     StopReason,
     ToolCall,
-    ToolResult,
-    TraceRecord,
+    UserEvent,
 )
-from proctor.runtime._task import Task
-from proctor.runtime._tools.registry import ToolRegistry
-from proctor.verifiers._verifier import VerifyResult
 
-__all__ = ("OPERATOR_NOTES", "Inbound", "OperatorNotes", "StopRequest", "Wake")
+__all__ = ("OPERATOR_NOTES", "OperatorNotes")
 
 log = get_logger()
 
-
-@attrs.frozen
-class StopRequest:
-    """
-    End the run ``stopped``: a signal to the host (``stop_signal``: SIGTERM) or a
-    person (``user_stop``: SIGINT, ``proctor stop``).
-    """
-
-    name: Literal["stop_signal", "user_stop"]
-    who: str = ""
-    why: str = ""
-
-
-@attrs.frozen
-class Wake:
-    """An operator's note is in the journal: read the notes before going on."""
-
-
-Inbound = (
-    Proposal
-    | ActorFinished
-    | ActorCrashed
-    | ActorSpend
-    | VerifyResult
-    | AccountantReply
-    | StopRequest
-    | Wake
-)
 
 #: The notes a person writes to a running run.
 OPERATOR_NOTES = ("stop", "amend", "retune-request", "answer", "approval")
 
 
-class OperatorNotes:
+class OperatorNotes(ControllerParts):
     """The controller's methods that read, wait for and answer what people write."""
-
-    if not TYPE_CHECKING:
-        # The controller is slotted: no instance dictionary through its bases either.
-        # (Hidden from mypy, which would then refuse the assignments below.)
-        __slots__ = ()
-
-    if TYPE_CHECKING:
-        # The controller's own attributes and methods, which these methods use.
-        task: Task
-        run_id: str
-        task_id: str
-        epoch: int
-        journal: JournalLike
-        judge: Judge
-        registry: ToolRegistry
-        inbox: ObjectReceiveStream[Inbound]
-        to_accountant: ObjectSendStream[AccountantRequest]
-        step: int
-        remaining: dict[str, float]
-        heartbeat_seconds: float
-        poll_seconds: float
-        _stash: deque[Inbound]
-        _deadline: Deadline | None
-        _notes_seen: int
-        _notes_newest: int | None
-        _note: str
-        _stop: StopRequest | None
-        _call_scope: anyio.CancelScope | None
-        _waiting: str | None
-        _watch_seen: int
-
-        def _next_ref(self) -> int: ...
-
-        async def _reply(
-            self,
-            ref: int,
-            kinds: tuple[type, ...],
-            on_stop: Callable[[], Awaitable[None]] | None = None,
-        ) -> Any: ...
-
-        async def _record(
-            self,
-            kind: str,
-            ruling: Ruling,
-            *,
-            action: str | None = None,
-            result: ToolResult | None = None,
-            event: dict[str, Any] | None = None,
-        ) -> TraceRecord: ...
-
-        async def _observe(
-            self,
-            kind: ObservationKind,
-            text: str,
-            results: Sequence[ToolResult] = (),
-        ) -> None: ...
-
-        async def _wrap_up(
-            self, otherwise: Callable[[], Ruling], event: dict[str, Any] | None = None
-        ) -> None: ...
 
     async def _retune(self, note_id: int, body: Mapping[str, Any]) -> None:
         """Hand an operator's change of limits to the accountant, one limit at a time."""
@@ -203,7 +107,7 @@ class OperatorNotes:
         if below is not None:
             exhausted = below
             await self._wrap_up(
-                lambda: self.judge.exhausted(exhausted), {"type": "signal", "name": "deadline"}
+                lambda: self.judge.exhausted(exhausted), SignalEvent(name="deadline")
             )
 
     async def _answer_note(
@@ -291,7 +195,7 @@ class OperatorNotes:
         if who:
             why = f"{why} ({who})" if why else f"by {who}"
         ruling = self.judge.signal(request.name, why)
-        await self._record("ended", ruling, event={"type": "signal", "name": request.name})
+        await self._record("ended", ruling, event=SignalEvent(name=request.name))
 
     async def watch(self, inbox: ObjectSendStream[Inbound]) -> None:
         """
@@ -413,7 +317,7 @@ class OperatorNotes:
         body = note["body"]
         text, who = str(body.get("text", "")), str(body.get("who", "") or "a person")
         ruling = attrs.evolve(self.judge.user(text), reason=f"{who} answered: {text}")
-        await self._record("user", ruling, event={"type": "user", "text": text})
+        await self._record("user", ruling, event=UserEvent(text=text))
         await self._answer_note(note["id"], True, "delivered to the actor")
         await self._observe(
             ObservationKind.ANSWER, f"{who} answered your question ({question}):\n{text}"

@@ -5,7 +5,7 @@ What the controller writes about a step: trajectory events, descriptions, the ha
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from proctor._digest import canonical_json
 from proctor.budgets._text import format_amount
@@ -13,9 +13,13 @@ from proctor.runtime._effects.ledger import EffectLedger, EffectState
 from proctor.runtime._outcome import Handoff
 from proctor.runtime._progress.judge import Judge
 from proctor.runtime._records import (
+    ActionEvent,
+    ActionResult,
     Claim,
+    ClaimEvent,
     Disposition,
     Message,
+    MessageEvent,
     ToolCall,
     ToolResult,
     ToolStatus,
@@ -27,7 +31,7 @@ __all__ = ("briefing",)
 if TYPE_CHECKING:
     from proctor.runtime._task import Task
 
-_TRAJECTORY_STATUS = {
+_TRAJECTORY_STATUS: dict[ToolStatus, Literal["ok", "error", "timeout"]] = {
     ToolStatus.OK: "ok",
     ToolStatus.ERROR: "error",
     ToolStatus.UNCERTAIN: "timeout",
@@ -54,45 +58,38 @@ def _describe(call: ToolCall, result: ToolResult) -> str:
 
 def _action_event(
     call: ToolCall, result: ToolResult, round_id: str | None, candidate: str | None = None
-) -> dict[str, Any]:
-    event: dict[str, Any] = {
-        "type": "action",
-        "tool": call.tool,
-        "args": call.args,
-        "result": {
-            "status": _TRAJECTORY_STATUS.get(result.status, "error"),
-            "exit_code": result.exit_code,
-            "output": result.output,
-        },
-    }
-    if round_id is not None:
-        event["round"] = round_id
-    if call.poll:
-        event["poll"] = True
-    if candidate is not None:
+) -> ActionEvent:
+    return ActionEvent(
+        tool=call.tool,
+        args=call.args,
+        result=ActionResult(
+            status=_TRAJECTORY_STATUS.get(result.status, "error"),
+            exit_code=result.exit_code,
+            output=result.output,
+        ),
+        round=round_id,
+        poll=call.poll,
         # The workspace's digest after the action, exactly: a replay needs no model.
-        event["candidate"] = candidate
-    return event
+        candidate=candidate,
+    )
 
 
-def _claim_event(claim: Claim) -> dict[str, Any]:
-    return {
-        "type": "claim",
-        "status": claim.status,
-        "condition": claim.condition,
-        "evidence": list(claim.evidence),
-        "reason": claim.reason,
-    }
+def _claim_event(claim: Claim) -> ClaimEvent:
+    return ClaimEvent(
+        status=claim.status,
+        condition=claim.condition,
+        evidence=claim.evidence,
+        reason=claim.reason,
+    )
 
 
-def _message_event(message: Message) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "kind": message.kind.value,
-        "text": message.text,
-        "sources": list(message.sources),
-        "blockers": list(message.blockers),
-    }
+def _message_event(message: Message) -> MessageEvent:
+    return MessageEvent(
+        kind=message.kind,
+        text=message.text,
+        sources=message.sources,
+        blockers=message.blockers,
+    )
 
 
 def _tests_text(ev: Evidence) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proctor._errors import ConfigError
+from proctor._wire import event_to_json, step_event
 from proctor.runtime._journal import JournalLike, open_journal
 from proctor.runtime._progress.trajectory import FORMAT, VERSION
 from proctor.runtime._records import NoteKind
@@ -49,9 +50,11 @@ def trajectory_lines(
     }
     lines = [json.dumps(header, separators=(",", ":"))]
     for step in steps:
-        event = step.get("event")
-        if event:
-            lines.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
+        event = step_event(step)
+        if event is not None:
+            lines.append(
+                json.dumps(event_to_json(event), separators=(",", ":"), ensure_ascii=False)
+            )
     return lines
 
 

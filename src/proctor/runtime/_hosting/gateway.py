@@ -52,6 +52,7 @@ from proctor.runtime._control.run import HEARTBEAT_SECONDS, Stopper, run
 from proctor.runtime._hosting.resume import resume
 from proctor.runtime._outcome import RunResult
 from proctor.runtime._records import (
+    ActionEvent,
     Claim,
     Completion,
     Disposition,
@@ -356,15 +357,10 @@ class GatewayActor:
             return observation
         results = tuple(
             ToolResult(
-                record.tool_status,
-                str(record.event["result"].get("output", "")),
-                record.event["result"].get("exit_code"),
+                record.tool_status, record.event.result.output, record.event.result.exit_code
             )
             for record in self._records
-            if record.kind == "action"
-            and record.tool_status is not None
-            and record.event is not None
-            and isinstance(record.event.get("result"), dict)
+            if record.tool_status is not None and isinstance(record.event, ActionEvent)
         )
         return attrs.evolve(observation, results=results[-1:])
 

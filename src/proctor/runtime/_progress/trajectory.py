@@ -19,7 +19,14 @@ import attrs
 from proctor._boundary import loads_strict
 from proctor._digest import digest
 from proctor._errors import ConfigError, InputRefused, TrajectoryError
-from proctor._wire import expect_bool, expect_int, expect_str, expect_strings
+from proctor._wire import (
+    at_line,
+    check_keys,
+    choice,
+    event_from_json,
+    expect_strings,
+    need,
+)
 from proctor.runtime._progress.judge import (
     Act,
     Judge,
@@ -32,13 +39,20 @@ from proctor.runtime._progress.judge import (
 from proctor.runtime._progress.normalize import normalize_path
 from proctor.runtime._progress.policy import Policy
 from proctor.runtime._records import (
+    ActionEvent,
     Claim,
+    ClaimEvent,
     Decision,
     Message,
-    MessageKind,
+    MessageEvent,
+    RefusedEvent,
+    SignalEvent,
     ToolCall,
     ToolResult,
     ToolStatus,
+    TrajectoryEvent,
+    UserEvent,
+    VerdictEvent,
 )
 
 __all__ = (
@@ -65,17 +79,6 @@ VERSION = 1
 _MASK = (1 << 128) - 1
 
 _STATUS = {"ok": ToolStatus.OK, "error": ToolStatus.ERROR, "timeout": ToolStatus.UNCERTAIN}
-_SIGNALS = ("user_stop", "stop_signal", "deadline")
-_EVENT_KEYS: dict[str, tuple[str, ...]] = {
-    "action": ("type", "tool", "args", "result", "round", "poll", "changed", "candidate"),
-    "message": ("type", "kind", "text", "sources", "blockers"),
-    "verdict": ("type", "check", "passed", "of_event", "output"),
-    "signal": ("type", "name"),
-    "user": ("type", "text"),
-    "claim": ("type", "status", "condition", "evidence", "reason"),
-    "refused": ("type", "reason"),
-}
-_RESULT_KEYS = ("status", "exit_code", "output")
 _HEADER_KEYS = ("format", "version", "task", "policy")
 _TASK_KEYS = ("kind", "checks", "required_files", "protected")
 
@@ -92,17 +95,20 @@ class Header:
 @attrs.frozen
 class Event:
     """
-    One event of a trajectory, validated.
+    One event of a trajectory, validated, with its place.
 
     Args:
         index: 1-based event number (line number minus one).
-        type: action, message, verdict, signal, user or claim.
-        data: the event's JSON object as read.
+        body: the event itself.
     """
 
     index: int
-    type: str
-    data: dict[str, Any]
+    body: TrajectoryEvent
+
+    @property
+    def type(self) -> str:
+        """action, message, verdict, signal, user, claim or refused."""
+        return self.body.type
 
     @property
     def line(self) -> int:
@@ -169,70 +175,26 @@ def _fail(line: int, message: str) -> TrajectoryError:
     return TrajectoryError(message, line=line)
 
 
-def _check_keys(obj: Mapping[str, Any], allowed: Sequence[str], line: int, what: str) -> None:
-    for key in obj:
-        if key not in allowed:
-            raise _fail(line, f"unknown key {key!r} in {what}; accepted keys: {', '.join(allowed)}")
-
-
-def _need(obj: Mapping[str, Any], key: str, line: int, what: str) -> Any:
-    if key not in obj:
-        raise _fail(line, f"{what} needs the key {key!r}")
-    return obj[key]
-
-
-def _string(value: Any, line: int, where: str, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    try:
-        return expect_str(value, where)
-    except TypeError as exc:
-        raise _fail(line, str(exc)) from None
-
-
 def _strings(value: Any, line: int, where: str) -> tuple[str, ...]:
-    try:
-        return expect_strings(value, where)
-    except TypeError as exc:
-        raise _fail(line, str(exc)) from None
-
-
-def _bool(value: Any, line: int, where: str) -> bool:
-    try:
-        return expect_bool(value, where)
-    except TypeError as exc:
-        raise _fail(line, str(exc)) from None
-
-
-def _int(value: Any, line: int, where: str) -> int:
-    try:
-        return expect_int(value, where)
-    except TypeError as exc:
-        raise _fail(line, str(exc)) from None
-
-
-def _choice(value: Any, options: Sequence[str], line: int, where: str) -> str:
-    if value not in options:
-        raise _fail(line, f"{where} must be one of {', '.join(options)}, got {json.dumps(value)}")
-    return cast(str, value)
+    return cast(tuple[str, ...], at_line(expect_strings, value, line, where))
 
 
 def _parse_header(obj: Any, overrides: Mapping[str, Any] | None) -> Header:
     line = 1
     if not isinstance(obj, dict):
         raise _fail(line, "the header must be a JSON object")
-    _check_keys(obj, _HEADER_KEYS, line, "the header")
-    fmt = _need(obj, "format", line, "the header")
+    check_keys(obj, _HEADER_KEYS, line, "the header")
+    fmt = need(obj, "format", line, "the header")
     if fmt != FORMAT:
         raise _fail(line, f"format must be {FORMAT!r}, got {json.dumps(fmt)}")
-    version = _need(obj, "version", line, "the header")
+    version = need(obj, "version", line, "the header")
     if isinstance(version, bool) or version != VERSION:
         raise _fail(line, f"version {json.dumps(version)} is not supported; this reads version 1")
-    task = _need(obj, "task", line, "the header")
+    task = need(obj, "task", line, "the header")
     if not isinstance(task, dict):
         raise _fail(line, "task must be a JSON object")
-    _check_keys(task, _TASK_KEYS, line, "task")
-    kind = _choice(_need(task, "kind", line, "task"), ("build", "answer"), line, "task.kind")
+    check_keys(task, _TASK_KEYS, line, "task")
+    kind = choice(need(task, "kind", line, "task"), ("build", "answer"), line, "task.kind")
     checks = _strings(task.get("checks", []), line, "task.checks")
     required = _strings(task.get("required_files", []), line, "task.required_files")
     protected = _strings(task.get("protected", []), line, "task.protected")
@@ -254,64 +216,7 @@ def _parse_header(obj: Any, overrides: Mapping[str, Any] | None) -> Header:
 
 
 def _parse_event(obj: Any, index: int) -> Event:
-    line = index + 1
-    if not isinstance(obj, dict):
-        raise _fail(line, "an event must be a JSON object")
-    kind = _choice(_need(obj, "type", line, "an event"), tuple(_EVENT_KEYS), line, "type")
-    what = f"an {kind} event" if kind == "action" else f"a {kind} event"
-    _check_keys(obj, _EVENT_KEYS[kind], line, what)
-    if kind == "action":
-        _string(_need(obj, "tool", line, what), line, "tool")
-        if not isinstance(obj.get("args", {}), dict):
-            raise _fail(line, "args must be a JSON object")
-        result = _need(obj, "result", line, what)
-        if not isinstance(result, dict):
-            raise _fail(line, "result must be a JSON object")
-        _check_keys(result, _RESULT_KEYS, line, "result")
-        _choice(_need(result, "status", line, "result"), tuple(_STATUS), line, "result.status")
-        if result.get("exit_code") is not None:
-            _int(result["exit_code"], line, "result.exit_code")
-        _string(result.get("output", ""), line, "result.output")
-        rnd = obj.get("round")
-        if rnd is not None and (isinstance(rnd, bool) or not isinstance(rnd, int | str)):
-            raise _fail(line, f"round must be a number or a string, got {json.dumps(rnd)}")
-        _bool(obj.get("poll", False), line, "poll")
-        _bool(obj.get("changed", False), line, "changed")
-        if "candidate" in obj:
-            candidate = _string(obj["candidate"], line, "candidate")
-            if not candidate:
-                raise _fail(line, "candidate must be a workspace digest, not an empty string")
-    elif kind == "message":
-        _choice(
-            _need(obj, "kind", line, what), [k.value for k in MessageKind], line, "message kind"
-        )
-        _string(obj.get("text", ""), line, "text")
-        _strings(obj.get("sources", []), line, "sources")
-        _strings(obj.get("blockers", []), line, "blockers")
-    elif kind == "verdict":
-        _string(_need(obj, "check", line, what), line, "check")
-        _bool(_need(obj, "passed", line, what), line, "passed")
-        if obj.get("of_event") is not None:
-            of_event = _int(obj["of_event"], line, "of_event")
-            if not 0 <= of_event < index:
-                raise _fail(
-                    line,
-                    f"of_event {of_event} must name an earlier event (0 to {index - 1}; "
-                    "0 is the start)",
-                )
-        _string(obj.get("output", ""), line, "output")
-    elif kind == "signal":
-        _choice(_need(obj, "name", line, what), _SIGNALS, line, "signal name")
-    elif kind == "user":
-        _string(obj.get("text", ""), line, "text")
-    elif kind == "refused":
-        _string(obj.get("reason", ""), line, "reason")
-    else:
-        _choice(_need(obj, "status", line, what), ("blocked", "needs_input"), line, "status")
-        _string(obj.get("condition", ""), line, "condition")
-        _strings(obj.get("evidence", []), line, "evidence")
-        _string(obj.get("reason", ""), line, "reason")
-    return Event(index, kind, obj)
+    return Event(index, event_from_json(obj, index + 1, index))
 
 
 def parse_trajectory(
@@ -517,31 +422,26 @@ class FileModel:
 # -- replay ---------------------------------------------------------------------
 
 
-def _call(data: Mapping[str, Any]) -> ToolCall:
-    return ToolCall(
-        tool=data["tool"], args=dict(data.get("args") or {}), poll=bool(data.get("poll"))
-    )
+def _call(event: ActionEvent) -> ToolCall:
+    return ToolCall(tool=event.tool, args=dict(event.args), poll=event.poll)
 
 
-def _result(data: Mapping[str, Any]) -> ToolResult:
-    result = data["result"]
+def _result(event: ActionEvent) -> ToolResult:
+    result = event.result
     return ToolResult(
-        status=_STATUS[result["status"]],
-        output=result.get("output", "") or "",
-        exit_code=result.get("exit_code"),
+        status=_STATUS[result.status], output=result.output, exit_code=result.exit_code
     )
+
+
+def _round(event: Event) -> int | str | None:
+    return event.body.round if isinstance(event.body, ActionEvent) else None
 
 
 def _groups(events: Sequence[Event]) -> list[list[Event]]:
     groups: list[list[Event]] = []
     for event in events:
-        rnd = event.data.get("round") if event.type == "action" else None
-        if (
-            rnd is not None
-            and groups
-            and groups[-1][-1].type == "action"
-            and groups[-1][-1].data.get("round") == rnd
-        ):
+        rnd = _round(event)
+        if rnd is not None and groups and _round(groups[-1][-1]) == rnd:
             groups[-1].append(event)
         else:
             groups.append([event])
@@ -557,11 +457,14 @@ class Candidates:
         admit: the refusal of an action, or None to let it run.
         apply: applies a call that ran and returns the candidate digest after it.
         judged: the digest a verdict event judged.
+        contract: the verification contract a verdict event was bound to; None:
+            the decision core's own (a trajectory does not record it, a journal does).
     """
 
     admit: Callable[[ToolCall, Event], str | None]
     apply: Callable[[ToolCall, ToolResult, Event], str]
     judged: Callable[[Event], str]
+    contract: Callable[[Event], str | None] = lambda event: None
 
 
 def drive(
@@ -574,24 +477,26 @@ def drive(
     """
     for group in _groups(events):
         rulings: list[Ruling]
-        if group[0].type == "action":
+        if isinstance(group[0].body, ActionEvent):
             items: list[Act | Refused] = []
             for event in group:
-                call = _call(event.data)
+                body = cast(ActionEvent, event.body)  # a round holds actions only
+                call = _call(body)
                 refusal = candidates.admit(call, event)
                 if refusal is not None:
                     items.append(Refused(call, refusal))
                     candidates.apply(call, ToolResult(ToolStatus.REFUSED), event)
                     continue
-                result = _result(event.data)
+                result = _result(body)
                 before = judge.digest
                 after = candidates.apply(call, result, event)
                 # A stated digest is exact; ``changed`` alone says only that something moved.
-                opaque = bool(event.data.get("changed")) and "candidate" not in event.data
+                opaque = body.changed and body.candidate is None
                 items.append(Act(call, result, before, after, changed=opaque))
             rulings = judge.round(items)
         else:
-            rulings = [_decide(judge, group[0], candidates.judged(group[0]))]
+            event = group[0]
+            rulings = [_decide(judge, event, candidates.judged(event), candidates.contract(event))]
         stopped = False
         for event, ruling in zip(group, rulings, strict=True):
             yield event, ruling
@@ -616,16 +521,16 @@ def replay(trajectory: Trajectory) -> Replay:
     def apply(call: ToolCall, result: ToolResult, event: Event) -> str:
         if result.status is not ToolStatus.REFUSED:
             model.apply(call.tool, call.args, result)
-            stated = event.data.get("candidate")
-            if stated is not None:
-                model.place(stated)
-            elif event.data.get("changed"):
+            body = cast(ActionEvent, event.body)
+            if body.candidate is not None:
+                model.place(body.candidate)
+            elif body.changed:
                 model.touch(str(event.index))
         digests.append(model.digest)
         return model.digest
 
     def judged(event: Event) -> str:
-        of_event = event.data.get("of_event")
+        of_event = event.body.of_event if isinstance(event.body, VerdictEvent) else None
         digest = digests[of_event] if of_event is not None else digests[event.index - 1]
         digests.append(model.digest)
         return digest
@@ -764,21 +669,20 @@ class _Trail:
 
 def _summary(event: Event, limit: int = 80) -> str:
     """A short description of an event, for a person reading an explanation."""
-    data = event.data
-    if event.type == "action":
-        args = data.get("args") or {}
+    body = event.body
+    if isinstance(body, ActionEvent):
+        args = body.args
         shown = next(
             (args[k] for k in ("cmd", "path", "url", "query") if isinstance(args.get(k), str)),
             None,
         )
-        text = f"{data['tool']} {shown}" if shown is not None else str(data["tool"])
-        result = data["result"]
-        code = result.get("exit_code")
-        text += f" -> {result['status']}" + (f" (exit {code})" if code is not None else "")
-    elif event.type == "message":
-        text = f"{data['kind']}: {' '.join(str(data.get('text', '')).split())}"
-    elif event.type == "verdict":
-        text = f"verdict {data['check']}: {'passed' if data['passed'] else 'failed'}"
+        text = f"{body.tool} {shown}" if shown is not None else body.tool
+        code = body.result.exit_code
+        text += f" -> {body.result.status}" + (f" (exit {code})" if code is not None else "")
+    elif isinstance(body, MessageEvent):
+        text = f"{body.kind.value}: {' '.join(body.text.split())}"
+    elif isinstance(body, VerdictEvent):
+        text = f"verdict {body.check}: {'passed' if body.passed else 'failed'}"
     else:
         text = event.type
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -792,39 +696,35 @@ def explain(trajectory: Trajectory) -> dict[str, Any] | None:
     return replay(trajectory).explanation
 
 
-def _decide(judge: Judge, event: Event, judged: str) -> Ruling:
-    data = event.data
-    if event.type == "message":
+def _decide(judge: Judge, event: Event, judged: str, contract: str | None) -> Ruling:
+    body = event.body
+    if isinstance(body, MessageEvent):
         return judge.message(
-            Message(
-                kind=MessageKind(data["kind"]),
-                text=data.get("text", "") or "",
-                sources=tuple(data.get("sources", [])),
-                blockers=tuple(data.get("blockers", [])),
-            )
+            Message(kind=body.kind, text=body.text, sources=body.sources, blockers=body.blockers)
         )
-    if event.type == "verdict":
+    if isinstance(body, VerdictEvent):
         return judge.verdict(
             Verdict(
-                data["check"],
-                data["passed"],
+                body.check,
+                body.passed,
                 judged,
-                data.get("output", "") or "",
-                data.get("contract", judge.contract_version),
+                body.output,
+                judge.contract_version if contract is None else contract,
             )
         )
-    if event.type == "signal":
-        return judge.signal(data["name"])
-    if event.type == "user":
-        return judge.user(data.get("text", "") or "")
-    if event.type == "refused":
-        return judge.refusal(data.get("reason", "") or "refused")
+    if isinstance(body, SignalEvent):
+        return judge.signal(body.name)
+    if isinstance(body, UserEvent):
+        return judge.user(body.text)
+    if isinstance(body, RefusedEvent):
+        return judge.refusal(body.reason or "refused")
+    assert isinstance(body, ClaimEvent), body
     return judge.claim(
         Claim(
-            status=data["status"],
-            condition=data.get("condition", "") or "",
-            evidence=tuple(data.get("evidence", [])),
-            reason=data.get("reason", "") or "",
+            status=body.status,
+            condition=body.condition,
+            evidence=body.evidence,
+            reason=body.reason,
         )
     )
 

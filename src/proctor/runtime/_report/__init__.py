@@ -22,7 +22,9 @@ from proctor.runtime._report.view import EvidenceView as EvidenceView
 from proctor.runtime._report.view import RunView as RunView
 from proctor.runtime._report.view import StepView as StepView
 from proctor.runtime._report.view import action_text as action_text
+from proctor.runtime._report.view import call_text as call_text
 from proctor.runtime._report.view import load_run_view as load_run_view
+from proctor.runtime._report.view import step_text as step_text
 
 __all__ = (
     "CandidateView",
@@ -31,6 +33,8 @@ __all__ = (
     "SpanRecord",
     "StepView",
     "action_text",
+    "call_text",
+    "step_text",
     "clip",
     "emit_spans",
     "format_amount",

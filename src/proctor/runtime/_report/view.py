@@ -13,8 +13,19 @@ from typing import Any
 
 import attrs
 
+from proctor._wire import step_event
 from proctor.runtime._journal.base import EffectRow, JournalLike, RunRow, SpendRow
-from proctor.runtime._records import NoteKind, fence_breach_finding
+from proctor.runtime._records import (
+    ActionEvent,
+    ClaimEvent,
+    MessageEvent,
+    NoteKind,
+    SignalEvent,
+    TrajectoryEvent,
+    UserEvent,
+    VerdictEvent,
+    fence_breach_finding,
+)
 
 __all__ = (
     "CandidateView",
@@ -22,6 +33,8 @@ __all__ = (
     "RunView",
     "StepView",
     "action_text",
+    "call_text",
+    "step_text",
     "build_view",
     "load_run_view",
 )
@@ -166,7 +179,15 @@ class RunView:
         return None
 
 
-def action_text(kind: str, event: Mapping[str, Any] | None, action: str | None) -> str:
+def call_text(tool: str, args: Mapping[str, Any]) -> str:
+    """Summarize a tool call on one line: the tool and its target (path, command, URL, query)."""
+    target = args.get("path") or args.get("cmd") or args.get("url") or args.get("query")
+    if target is None and args:
+        target = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    return _one_line(f"{tool} {target or ''}".strip())
+
+
+def action_text(kind: str, event: TrajectoryEvent | None, action: str | None) -> str:
     """
     Summarize what a step proposed on one line.
 
@@ -175,23 +196,18 @@ def action_text(kind: str, event: Mapping[str, Any] | None, action: str | None) 
         event: the step as a trajectory event, if it has one.
         action: the step's normalized action (canonical JSON), if any.
     """
-    event = event or {}
-    kind_of = event.get("type")
-    if kind_of == "action":
-        args = event.get("args") or {}
-        target = args.get("path") or args.get("cmd") or args.get("url") or args.get("query")
-        if target is None and args:
-            target = json.dumps(args, ensure_ascii=False, sort_keys=True)
-        return _one_line(f"{event.get('tool')} {target or ''}".strip())
-    if kind_of == "verdict":
-        verdict = "pass" if event.get("passed") else "fail"
-        return f"verdict {event.get('check')}: {verdict}"
-    if kind_of == "message":
-        return _one_line(f"{event.get('kind')}: {event.get('text', '')}")
-    if kind_of == "claim":
-        return _one_line(f"claim {event.get('status')}: {event.get('condition', '')}")
-    if kind_of in ("signal", "user"):
-        return _one_line(f"{kind_of} {event.get('name') or event.get('text') or ''}".strip())
+    if isinstance(event, ActionEvent):
+        return call_text(event.tool, event.args)
+    if isinstance(event, VerdictEvent):
+        return f"verdict {event.check}: {'pass' if event.passed else 'fail'}"
+    if isinstance(event, MessageEvent):
+        return _one_line(f"{event.kind.value}: {event.text}")
+    if isinstance(event, ClaimEvent):
+        return _one_line(f"claim {event.status}: {event.condition}")
+    if isinstance(event, SignalEvent):
+        return f"signal {event.name}"
+    if isinstance(event, UserEvent):
+        return _one_line(f"user {event.text}".strip())
     if action:
         try:
             parsed = json.loads(action)
@@ -202,6 +218,11 @@ def action_text(kind: str, event: Mapping[str, Any] | None, action: str | None) 
             return _one_line(f"{parsed['tool']} {args}")
         return _one_line(action)
     return kind
+
+
+def step_text(step: Mapping[str, Any]) -> str:
+    """:func:`action_text` of a journaled step (a row of ``JournalLike.steps``)."""
+    return action_text(str(step["kind"]), step_event(step), step.get("action"))
 
 
 def _one_line(text: str) -> str:
@@ -268,7 +289,7 @@ def build_view(
         progress = bool(record["progress"])
         counted = record["kind"] in ("action", "message", "completion", "claim")
         stall = 0 if progress else stall + (1 if counted else 0)
-        event = record.get("event") or {}
+        event = step_event(record)
         views.append(
             StepView(
                 step=int(record["step"]),
@@ -302,13 +323,11 @@ def build_view(
     )
 
 
-def _failing_output(event: Mapping[str, Any]) -> str | None:
-    if event.get("type") == "action":
-        result = event.get("result") or {}
-        if result.get("status") not in (None, "ok"):
-            return str(result.get("output") or "")
-    if event.get("type") == "verdict" and not event.get("passed"):
-        return str(event.get("output") or "")
+def _failing_output(event: TrajectoryEvent | None) -> str | None:
+    if isinstance(event, ActionEvent) and event.result.status != "ok":
+        return event.result.output
+    if isinstance(event, VerdictEvent) and not event.passed:
+        return event.output
     return None
 
 

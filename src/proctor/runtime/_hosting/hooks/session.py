@@ -54,6 +54,7 @@ from proctor.runtime._progress.judge import Act, Refused, normalized_action
 from proctor.runtime._records import (
     Completion,
     Observation,
+    SignalEvent,
     StopReason,
     ToolResult,
     ToolStatus,
@@ -495,7 +496,7 @@ async def _stop(
             value=float(blocks),
             bound=float(MAX_STOP_BLOCKS),
         )
-        await c._wrap_up(lambda: c.judge.exhausted(reason), {"type": "signal", "name": "deadline"})
+        await c._wrap_up(lambda: c.judge.exhausted(reason), SignalEvent(name="deadline"))
         return Answer("proceed", context=await _end(c))
     await c._proposal(Completion(event.text[:4000]))
     if c.judge.terminal or await _deadline(c):
