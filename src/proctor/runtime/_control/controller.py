@@ -114,7 +114,8 @@ __all__ = (
 
 from proctor.runtime._control.endings import Endings
 from proctor.runtime._control.notes import OperatorNotes
-from proctor.runtime._control.parts import Inbound, StopRequest, Wake
+from proctor.runtime._control.own_calls import OwnCalls
+from proctor.runtime._control.parts import Inbound, StopRequest, Wake, call_amounts
 from proctor.runtime._control.trace import (
     _action_event,
     _claim_event,
@@ -223,16 +224,8 @@ def proposal_refusal(proposal: Proposal, registry: ToolRegistry, limits: Limits)
     return None
 
 
-def _call_amounts(call: ToolCall, spec: ToolSpec | None = None) -> dict[str, float]:
-    """What one tool call costs: a call in all, one of its tool, one of its own dimension."""
-    amounts = {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
-    if spec is not None and spec.charge is not None:
-        amounts[spec.charge] = 1.0
-    return amounts
-
-
 @attrs.define(eq=False)
-class Controller(Endings, OperatorNotes):
+class Controller(Endings, OperatorNotes, OwnCalls):
     """
     The controller of one run. Create it through :func:`run`.
 
@@ -580,7 +573,7 @@ class Controller(Endings, OperatorNotes):
         # instead, and refused as any other.
         lone = self._lone_read(proposal)
         amounts = {"steps": 1.0} | (
-            _call_amounts(lone, self.registry.spec(lone.tool)) if lone is not None else {}
+            call_amounts(lone, self.registry.spec(lone.tool)) if lone is not None else {}
         )
         charged = await self._reserve(amounts, charge=True)
         if isinstance(charged, Exhaustion) and lone is not None and charged.limit != "steps":
@@ -705,7 +698,7 @@ class Controller(Endings, OperatorNotes):
                 if refusal is not None:
                     return Refused(call, refusal)
         spec = self.registry.spec(call.tool)
-        amounts = _call_amounts(call, spec)
+        amounts = call_amounts(call, spec)
         if self.on_call is not None:
             self.on_call(self.step + 1, call)
         if spec.effectful:

@@ -21,6 +21,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from proctor.budgets._accountant import AccountantReply, AccountantRequest, Deadline
+from proctor.budgets._budget import Exhaustion
 from proctor.runtime._actors.base import ActorCrashed, ActorFinished, ActorSpend
 from proctor.runtime._effects.ledger import EffectLedger
 from proctor.runtime._journal import JournalLike
@@ -37,9 +38,10 @@ from proctor.runtime._records import (
 )
 from proctor.runtime._task import Task
 from proctor.runtime._tools.registry import ToolRegistry
+from proctor.runtime._tools.spec import ToolSpec
 from proctor.verifiers._verifier import VerifyResult
 
-__all__ = ("ControllerParts", "Inbound", "StopRequest", "Wake")
+__all__ = ("ControllerParts", "Inbound", "StopRequest", "Wake", "call_amounts")
 
 
 @attrs.frozen
@@ -69,6 +71,14 @@ Inbound = (
     | StopRequest
     | Wake
 )
+
+
+def call_amounts(call: ToolCall, spec: ToolSpec | None = None) -> dict[str, float]:
+    """What one tool call costs: a call in all, one of its tool, one of its own dimension."""
+    amounts = {"tool_calls": 1.0, f"tool_calls:{call.tool}": 1.0}
+    if spec is not None and spec.charge is not None:
+        amounts[spec.charge] = 1.0
+    return amounts
 
 
 class ControllerParts:
@@ -149,6 +159,24 @@ class ControllerParts:
         def _refusal(self, proposal: Proposal) -> str | None: ...
 
         async def _dispatch(self, call: ToolCall, *, charged: bool = False) -> Act | Refused: ...
+
+        async def _reserve(
+            self, amounts: dict[str, float], controller: bool = False, *, charge: bool = False
+        ) -> int | Exhaustion: ...
+
+        async def _exhausted(self, exhaustion: Exhaustion) -> None: ...
+
+        async def _on_deadline(self, deadline: Deadline) -> None: ...
+
+        async def _end(self) -> None: ...
+
+        async def _stopped(self, request: StopRequest) -> None: ...
+
+        def _approval_needed(self, call: ToolCall) -> bool: ...
+
+        async def _approval(self, call: ToolCall) -> str | None: ...
+
+        async def _proposal(self, proposal: Proposal) -> None: ...
 
         async def _wrap_up(
             self, otherwise: Callable[[], Ruling], event: TrajectoryEvent | None = None

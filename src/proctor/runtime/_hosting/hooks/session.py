@@ -35,8 +35,8 @@ from proctor._digest import canonical_json
 from proctor._digest import digest as digest_of
 from proctor._errors import BudgetError, ConfigError, RunNotFoundError
 from proctor.budgets._accountant import AccountantRequest, run_accountant
-from proctor.budgets._budget import Exhaustion, Ledger
-from proctor.runtime._control.controller import Controller, Inbound, StopRequest, _call_amounts
+from proctor.budgets._budget import Ledger
+from proctor.runtime._control.controller import Controller, Inbound, StopRequest
 from proctor.runtime._control.history import save_snapshot
 from proctor.runtime._control.run import (
     baseline_context,
@@ -44,20 +44,14 @@ from proctor.runtime._control.run import (
     require_sandbox,
     run_sandbox,
 )
-from proctor.runtime._control.trace import _action_event
 from proctor.runtime._hosting.hooks.agents import Answer, HookEvent
 from proctor.runtime._hosting.hooks.client import hooks_dir
 from proctor.runtime._hosting.hooks.mapping import Mapped, map_call, map_result
 from proctor.runtime._hosting.hooks.spend import read_spend
 from proctor.runtime._journal import JournalLike, open_journal
-from proctor.runtime._progress.judge import Act, Refused, normalized_action
 from proctor.runtime._records import (
-    Completion,
     Observation,
-    SignalEvent,
     StopReason,
-    ToolResult,
-    ToolStatus,
 )
 from proctor.runtime._task import Task, load_hosted_task
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry
@@ -333,11 +327,11 @@ async def _wired(
         actor_scope=anyio.CancelScope(),
         baseline=dict(session.start.get("baseline") or {}),
         trace_id=session.run_id,
+        # The agent is its own actor: there is nothing to drain when the run ends.
+        actor_done=True,
     )
     controller.step = session.steps
     controller.remaining = ledger.remaining()
-    # The agent is its own actor: there is nothing to drain when the run ends.
-    controller._actor_done = True
 
     def told() -> list[Observation]:
         """What the controller told the actor since the last look."""
@@ -377,7 +371,7 @@ def _ended(controller: Controller) -> str:
 
 async def _end(controller: Controller) -> str:
     if controller.handoff is None and not await _run_ended(controller):
-        await controller._end()
+        await controller.end_run()
     return _ended(controller)
 
 
@@ -393,15 +387,6 @@ async def _stop_requested(controller: Controller) -> StopRequest | None:
         return None
     body = notes[0]["body"]
     return StopRequest("user_stop", str(body.get("who", "")), str(body.get("why", "")))
-
-
-async def _deadline(controller: Controller) -> bool:
-    """End the run if the accountant announced a deadline meanwhile."""
-    deadline = controller._deadline
-    if deadline is None or controller.judge.terminal:
-        return controller.judge.terminal
-    await controller._on_deadline(deadline)
-    return controller.judge.terminal
 
 
 def _refusal(session: _Session, mapped: Mapped) -> str | None:
@@ -420,35 +405,10 @@ async def _pre_tool(c: Controller, session: _Session, event: HookEvent) -> Answe
     if c.judge.terminal:
         return Answer("halt", await _end(c))
     mapped = map_call(event, session.task.workspace)
-    call = mapped.call
-    charged = await c._reserve({"steps": 1.0}, charge=True)
-    if isinstance(charged, Exhaustion):
-        await c._exhausted(charged)
-        return Answer("halt", await _end(c))
-    refusal = _refusal(session, mapped) or c.judge.admit(call)
-    if refusal is None and c._approval_needed(call):
-        # The agent waits in its hook, as it would at its own permission prompt.
-        refusal = await c._approval(call)
-        if c._stop is not None:
-            await c._stopped(c._stop)
-            return Answer("halt", await _end(c))
-    if refusal is None:
-        paid = await c._reserve(_call_amounts(call), charge=True)
-        if isinstance(paid, Exhaustion):
-            refusal = f"budget: {paid.describe()}; the call was not sent"
-    if refusal is None:
-        if await _deadline(c):
-            return Answer("halt", await _end(c))
-        return Answer("allow")
-    (ruling,) = c.judge.round([Refused(call, refusal)])
-    result = ToolResult(ToolStatus.REFUSED, f"refused: {refusal}")
-    await c._record(
-        "action",
-        ruling,
-        action=normalized_action(call),
-        result=result,
-        event=_action_event(call, result, None),
-    )
+    refused = await c.admit_own_call(mapped.call, _refusal(session, mapped))
+    if refused is None:
+        return Answer("halt", await _end(c)) if c.judge.terminal else Answer("allow")
+    refusal, ruling = refused
     if c.judge.terminal:
         return Answer("halt", f"refused: {refusal}\n{await _end(c)}")
     extra = f"\n{ruling.reason}" if ruling.reason != refusal else ""
@@ -458,20 +418,11 @@ async def _pre_tool(c: Controller, session: _Session, event: HookEvent) -> Answe
 async def _post_tool(c: Controller, session: _Session, event: HookEvent) -> Answer:
     if c.judge.terminal:
         return Answer("halt", await _end(c))
-    mapped = map_call(event, session.task.workspace)
-    result = map_result(event)
-    before = c.judge.digest
-    after = await c._digest()
-    (ruling,) = c.judge.round([Act(mapped.call, result, before, after)])
-    await c._record(
-        "action",
-        ruling,
-        action=normalized_action(mapped.call),
-        result=result,
-        event=_action_event(mapped.call, result, None),
+    ruling = await c.settle_own_call(
+        map_call(event, session.task.workspace).call, map_result(event)
     )
     session.state["stop_blocks"] = 0
-    if c.judge.terminal or await _deadline(c):
+    if c.judge.terminal or await c.check_deadline():
         return Answer("halt", await _end(c))
     if ruling.decision.value == "nudge":
         return Answer("proceed", context=f"[proctor] {ruling.reason}")
@@ -496,10 +447,10 @@ async def _stop(
             value=float(blocks),
             bound=float(MAX_STOP_BLOCKS),
         )
-        await c._wrap_up(lambda: c.judge.exhausted(reason), SignalEvent(name="deadline"))
+        await c.exhaust(reason)
         return Answer("proceed", context=await _end(c))
-    await c._proposal(Completion(event.text[:4000]))
-    if c.judge.terminal or await _deadline(c):
+    await c.claim_done(event.text[:4000])
+    if c.judge.terminal or await c.check_deadline():
         return Answer("proceed", context=await _end(c))
     session.state["stop_blocks"] = blocks + 1
     verdict = "\n".join(o.text for o in told() if o.text)
@@ -511,13 +462,7 @@ async def _stop(
 
 
 async def _session_end(c: Controller) -> Answer:
-    if not c.judge.terminal:
-        await c._wrap_up(
-            lambda: c.judge.fail(
-                "actor_finished",
-                "the agent's session ended before the run reached a disposition",
-            )
-        )
+    await c.actor_gone()
     await _end(c)
     return Answer("proceed")
 
@@ -527,11 +472,11 @@ async def _answer(journal: JournalLike, task: Task, event: HookEvent) -> Answer:
     problem = await _charge_outside(session, event)
     async with _wired(session) as (c, told):
         if problem is not None and not c.judge.terminal:
-            await c._record("ended", c.judge.fail("unknown_price", problem))
+            await c.fail_run("unknown_price", problem)
         stop = await _stop_requested(c)
         if stop is not None and not c.judge.terminal:
             # `proctor stop` between two hook calls: this call ends the run.
-            await c._stopped(stop)
+            await c.stop_run(stop)
         if event.kind == "pre_tool":
             answer = await _pre_tool(c, session, event)
         elif event.kind == "post_tool":
@@ -546,7 +491,7 @@ async def _answer(journal: JournalLike, task: Task, event: HookEvent) -> Answer:
         else:
             answer = Answer("proceed")
         if c.judge.terminal and c.handoff is None and not await _run_ended(c):
-            await c._end()
+            await c.end_run()
         await save_snapshot(journal, c.run_id, c.judge, c.step, final=c.judge.terminal)
         await journal.add_note(c.run_id, "hook", session.state)
     return answer
