@@ -894,7 +894,11 @@ async def _run(
                     await groups.terminate_all()
                     await end_groups(sorted(await anyio.to_thread.run_sync(_groups_of, run_id)))
                 actor_scope.cancel()
-                hasher.close()
+                # Closing an inotify instance waits for the kernel's grace period
+                # (milliseconds, with no CPU spent): off the event loop, where the
+                # other runs of this process go on meanwhile.
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(hasher.close)
     except BaseExceptionGroup as group:
         # One proctor error (a lost lease's fence, a broken journal) is the run's
         # error: the caller sees it as such, not wrapped in a group.
