@@ -125,6 +125,12 @@ def test_build_rescue_completes_only_after_checks_pass(agent: str, tmp_path: Pat
     assert found["row"].disposition == "completed", found["row"]
     kinds = [s["kind"] for s in found["steps"]]
     assert kinds.count("completion") == 2
+    # Each call the agent ran is journaled with the workspace's digest after it, as
+    # a live run's are: the write moved the candidate off the broken baseline.
+    candidates = [s["event"].get("candidate") for s in found["steps"] if s["kind"] == "action"]
+    assert candidates, found["steps"]
+    assert all(candidates), found["steps"]
+    assert found["row"].candidate_digest == candidates[-1]
     assert found["spend"].get("steps", 0) >= 3
     if agent != "codex":
         # Claude Code and gemini-cli write token usage to their transcripts.

@@ -69,13 +69,7 @@ class OwnCalls(ControllerParts):
             return None
         (ruling,) = self.judge.round([Refused(call, refusal)])
         result = ToolResult(ToolStatus.REFUSED, f"refused: {refusal}")
-        await self._record(
-            "action",
-            ruling,
-            action=normalized_action(call),
-            result=result,
-            event=_action_event(call, result, None),
-        )
+        await self._journal_call(call, result, ruling, self.judge.digest)
         return refusal, ruling
 
     async def settle_own_call(self, call: ToolCall, result: ToolResult) -> Ruling:
@@ -83,14 +77,18 @@ class OwnCalls(ControllerParts):
         before = self.judge.digest
         after = await self._digest()
         (ruling,) = self.judge.round([Act(call, result, before, after)])
-        await self._record(
-            "action",
-            ruling,
-            action=normalized_action(call),
-            result=result,
-            event=_action_event(call, result, None),
-        )
+        await self._journal_call(call, result, ruling, after)
         return ruling
+
+    async def _journal_call(
+        self, call: ToolCall, result: ToolResult, ruling: Ruling, candidate: str
+    ) -> None:
+        # The workspace's digest after the call, as a live run's steps have it: an
+        # export of a hooked session replays on the real tree's candidates.
+        event = _action_event(call, result, None, candidate)
+        await self._record(
+            "action", ruling, action=normalized_action(call), result=result, event=event
+        )
 
     async def claim_done(self, summary: str) -> None:
         """The actor says it is done: verify the candidate as for any completion."""
