@@ -726,7 +726,6 @@ async def _run(
     await _hold_workspace(journal, task, run_id, resuming_task=resuming_task)
     if not inherits:
         await anyio.to_thread.run_sync(prepare_workspace, task)
-    await journal.put_task(task_id, task.goal, task.describe(), task.contract_version)
     if claimed is not None:
         epoch = claimed.epoch
     else:
