@@ -78,10 +78,12 @@ async def test_a_killed_worker_s_run_is_taken_over_without_repeating_its_effects
     async with open_journal(journal_target) as j:
         before = await j.spend_totals("takeover")
         steps_a = await j.steps(run_id)
-    # Worker B claims the run once A's lease expires, and finishes it.
+    # Worker B claims the run once A's (one-second) lease expires, and finishes it.
+    # B's own lease is long: on a loaded machine a short one could lapse between
+    # two renewals, and B would lose the run it is finishing.
     with anyio.fail_after(90):
         stats = await work(
-            journal_target, worker="B", lease_seconds=1, poll_seconds=0.1, max_runs=1
+            journal_target, worker="B", lease_seconds=60, poll_seconds=0.1, max_runs=1
         )
     assert [r.run_id for r in stats.finished] == [run_id]
     assert stats.finished[0].disposition is Disposition.COMPLETED
