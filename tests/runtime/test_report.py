@@ -405,3 +405,17 @@ async def test_on_call_names_each_call_before_it_runs(tmp_path: Path) -> None:
         on_call=lambda step, call: seen.append((step, call.tool)),
     )
     assert seen == [(1, "list_files"), (2, "read_file")]
+
+
+def test_a_refused_call_reads_like_the_call_it_refused() -> None:
+    # After the end, a refused call is journaled with its action and no event:
+    # it is shown as the same call would be, not as its arguments' JSON.
+    action = json.dumps({"tool": "fetch", "args": {"url": "http://127.0.0.1:8765/zoneinfo"}})
+    ran = ActionEvent(
+        tool="fetch",
+        args={"url": "http://127.0.0.1:8765/zoneinfo"},
+        result=ActionResult(status="ok"),
+    )
+    assert action_text("action", None, action) == action_text("action", ran, None)
+    assert action_text("action", None, action) == "fetch http://127.0.0.1:8765/zoneinfo"
+    assert action_text("action", None, '{"tool": 3}') == '{"tool": 3}'

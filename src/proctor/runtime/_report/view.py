@@ -213,9 +213,10 @@ def action_text(kind: str, event: TrajectoryEvent | None, action: str | None) ->
             parsed = json.loads(action)
         except ValueError:
             return _one_line(action)
-        if isinstance(parsed, dict) and "tool" in parsed:
-            args = json.dumps(parsed.get("args"), ensure_ascii=False, sort_keys=True)
-            return _one_line(f"{parsed['tool']} {args}")
+        if isinstance(parsed, dict) and isinstance(parsed.get("tool"), str):
+            # A refused call's step has no event; its action names the same target.
+            args = parsed.get("args")
+            return call_text(parsed["tool"], args if isinstance(args, dict) else {})
         return _one_line(action)
     return kind
 
