@@ -771,7 +771,9 @@ async def _run(
     async def group_ended(pgid: int, how: str) -> None:
         await journal.end_process(run_id, pgid, how)
 
-    groups = ProcessGroups(on_start=group_started, on_end=group_ended)
+    # Each sandboxed command finds its sandbox made ahead (by spares_task, below);
+    # the run's end (terminate_all) ends the spare.
+    groups = ProcessGroups(on_start=group_started, on_end=group_ended, prestart=True)
     if task.sandbox.mode == "off":
         log.warning("run.unsandboxed", workspace=str(task.workspace))
         await journal.add_note(run_id, "sandbox", {"mode": "off"})
@@ -785,6 +787,8 @@ async def _run(
         protected=task.protected,
         limits=task.limits,
     )
+    if context.sandbox is not None:
+        groups.prepare(context.sandbox, context.env)  # the first command's sandbox too
     # Watched: a step learns what changed from the kernel instead of walking the tree.
     hasher = TreeHasher(task.workspace, task.ignore, watch=True)
     judge = Judge(
@@ -859,6 +863,11 @@ async def _run(
             await run_actor(actor, obs_rx, proposals)
 
     watch_scope = anyio.CancelScope()
+    spares_scope = anyio.CancelScope()
+
+    async def spares_task() -> None:
+        with spares_scope:
+            await groups.keep_spares()
 
     async def watch_task(inbox: MemoryObjectSendStream[Inbound]) -> None:
         with watch_scope, contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -880,12 +889,14 @@ async def _run(
             tg.start_soon(run_verifier, ver_rx, inbox_tx.clone())
             tg.start_soon(run_accountant, ledger, acc_rx, inbox_tx.clone(), record_spend)
             tg.start_soon(watch_task, inbox_tx.clone())
+            tg.start_soon(spares_task)
             inbox_tx.close()
             try:
                 async with inbox_rx, obs_tx, ver_tx, acc_tx:
                     await controller.run(greeting, answer=answer)
             finally:
                 watch_scope.cancel()
+                spares_scope.cancel()
                 # Ending a run ends its children: nothing is orphaned. Then
                 # whatever still carries the run's marker (a sandbox's inner
                 # processes outlive their launcher's group by a moment).

@@ -30,7 +30,7 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -38,10 +38,17 @@ import anyio
 import attrs
 from anyio.abc import Process
 
-from proctor._errors import ConfigError
+from proctor._errors import ConfigError, ProctorError
 from proctor._logging import get_logger
 from proctor.runtime._records import ToolResult, ToolStatus
-from proctor.runtime._tools.sandbox import Launch, SandboxSpec, launch, limit_note
+from proctor.runtime._tools.sandbox import (
+    Launch,
+    SandboxSpec,
+    command_line,
+    launch,
+    limit_note,
+    prestart,
+)
 
 __all__ = (
     "GroupEnd",
@@ -226,15 +233,31 @@ class ProcessGroups:
     :func:`run_command` adds each group it starts and discards it once the group
     is gone, calling ``on_start`` and ``on_end`` around it.
 
+    With ``prestart``, a sandboxed command is handed to a sandbox made ahead
+    (:func:`~proctor.runtime._tools.sandbox.prestart`), and the next one is made
+    at once: one spare per sandbox and launcher environment, each used for one
+    command only. The spare is made by :meth:`keep_spares` when a task runs it (a
+    run does), off the command's path; else before the command's call returns.
+    Whoever sets ``prestart`` must call :meth:`terminate_all` when the run ends:
+    it ends the spares, and none is kept after it.
+
     Args:
         on_start: awaited with ``(pgid, command)`` once a group has started.
         on_end: awaited with ``(pgid, how)`` once a group is gone, ``how`` being
             ``exited``, ``terminated`` or ``killed``.
+        prestart: keep a sandbox made ahead for the next sandboxed command.
     """
 
     on_start: Callable[[int, str], Awaitable[None]] | None = None
     on_end: Callable[[int, str], Awaitable[None]] | None = None
+    prestart: bool = False
     _live: dict[int, GroupInfo] = attrs.field(factory=dict, init=False)
+    _spares: dict[Hashable, tuple[Launch, Process]] = attrs.field(factory=dict, init=False)
+    _wanted: dict[Hashable, tuple[SandboxSpec, Mapping[str, str] | None]] = attrs.field(
+        factory=dict, init=False
+    )
+    _wake: anyio.Event | None = attrs.field(default=None, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
 
     def add(self, pgid: int, command: str) -> None:
         """
@@ -272,12 +295,145 @@ class ProcessGroups:
             ``(pgid, how)`` for each group, ``how`` being ``exited`` (gone before
             the signal), ``terminated`` or ``killed``.
         """
+        self._closed = True
+        await self.close_spares()
         groups = self.live()
         ended = await end_groups([info.pgid for info in groups], grace)
         for info in groups:
             self.discard(info.pgid)
             log.info("process.group_ended", pgid=info.pgid, how=ended[info.pgid])
         return [(info.pgid, ended[info.pgid]) for info in groups]
+
+    async def close_spares(self) -> None:
+        """End the sandboxes made ahead that no command has taken."""
+        while self._spares:
+            _, (launched, process) = self._spares.popitem()
+            await _discard(launched, process)
+
+    async def keep_spares(self) -> None:
+        """
+        Make the spares :meth:`start_sandboxed` asks for, until cancelled.
+
+        Run in a task of the run's (its cancellation is the run's end); while it
+        runs, a command does not wait for the next command's sandbox to be made.
+        """
+        wake = self._wake = anyio.Event()
+        if self._wanted:
+            wake.set()  # asked for before this task ran (prepare)
+        try:
+            while True:
+                await wake.wait()
+                wake = self._wake = anyio.Event()
+                while self._wanted and not self._closed:
+                    key, (sandbox, marker_env) = self._wanted.popitem()
+                    await self._replenish(key, sandbox, marker_env)
+        finally:
+            self._wake = None
+
+    def prepare(self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None = None) -> None:
+        """
+        Ask for a spare of ``sandbox`` ahead of the first command (with ``prestart``;
+        :meth:`keep_spares` makes it).
+
+        Args:
+            sandbox: the sandbox the commands will run in.
+            marker_env: the launcher's variables, as the commands will give them.
+        """
+        if not self.prestart or self._closed or sandbox.mode != "auto":
+            return
+        self._wanted[_spare_key(sandbox, marker_env)] = (sandbox, marker_env)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _replenish(
+        self, key: Hashable, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
+    ) -> None:
+        if key in self._spares:
+            return
+        with anyio.CancelScope(shield=True):  # a spare half made would have no owner
+            try:
+                spare = await _start_spare(sandbox, marker_env)
+            except (OSError, ProctorError) as exc:
+                log.info("process.prestart_failed", error=str(exc))
+                return
+            if self._closed or key in self._spares:
+                await _discard(*spare)
+            else:
+                self._spares[key] = spare
+
+    async def start_sandboxed(
+        self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None, line: bytes
+    ) -> tuple[Launch, Process]:
+        """
+        Hand the command ``line`` to a sandbox made ahead (made now when there is
+        none), and have the next one made; return the sandbox and its launcher.
+
+        Args:
+            sandbox: the sandbox.
+            marker_env: the launcher's variables.
+            line: the command, from :func:`~proctor.runtime._tools.sandbox.command_line`.
+
+        Raises:
+            OSError: the launcher could not be started.
+            SandboxUnavailableError: bubblewrap cannot be used here.
+        """
+        key = _spare_key(sandbox, marker_env)
+        for attempt in (1, 2):
+            spare = self._spares.pop(key, None)
+            if spare is not None and spare[1].returncode is not None:
+                await _discard(*spare)  # ended while it waited (a sweep, a signal)
+                spare = None
+            launched, process = spare or await _start_spare(sandbox, marker_env)
+            assert process.stdin is not None
+            try:
+                await process.stdin.send(line)
+                await process.stdin.aclose()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await _discard(launched, process)
+                if attempt == 2:
+                    raise OSError("the prestarted sandbox ended before its command") from None
+                continue
+            break
+        if not self._closed:
+            if self._wake is not None:
+                self._wanted[key] = (sandbox, marker_env)
+                self._wake.set()
+            else:
+                await self._replenish(key, sandbox, marker_env)
+        return launched, process
+
+
+def _spare_key(sandbox: SandboxSpec, marker_env: Mapping[str, str] | None) -> Hashable:
+    return (sandbox, tuple(sorted((marker_env or {}).items())))
+
+
+async def _start_spare(
+    sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
+) -> tuple[Launch, Process]:
+    launched = prestart(sandbox, marker_env)
+    try:
+        process = await anyio.open_process(
+            launched.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=launched.cwd,
+            env=launched.env,
+            start_new_session=True,
+        )
+    except OSError:
+        launched.release()
+        raise
+    return launched, process
+
+
+async def _discard(launched: Launch, process: Process) -> None:
+    """End a sandbox that ran no command, and give back what it held."""
+    with anyio.move_on_after(_CLEANUP_LIMIT, shield=True):
+        kill_group(process.pid)
+        await process.aclose()
+        await launched.wait_empty()
+    launched.release()
 
 
 @attrs.define(eq=False)
@@ -426,22 +582,29 @@ async def run_command(
         return ToolResult(ToolStatus.ERROR, "empty command: give a program to run")
     launched: Launch | None = None
     spawn_cwd: Path = cwd
-    if sandbox is not None:
+    # A run's commands go to a sandbox made ahead (ProcessGroups.prestart).
+    line = None
+    if sandbox is not None and sandbox.mode == "auto" and groups is not None and groups.prestart:
+        line = command_line(argv, cwd)
+    if sandbox is not None and line is None:
         launched = launch(argv, sandbox, cwd, marker_env=env)
         argv, env, spawn_cwd = launched.argv, launched.env, launched.cwd
     try:
         # Shielded: a start cancelled halfway would leave a child that nobody
         # holds a handle to, and so nobody ends. Starting a process is quick.
         with anyio.CancelScope(shield=True):
-            process = await anyio.open_process(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=spawn_cwd,
-                env=env,
-                start_new_session=True,
-            )
+            if line is not None and groups is not None and sandbox is not None:
+                launched, process = await groups.start_sandboxed(sandbox, env, line)
+            else:
+                process = await anyio.open_process(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    cwd=spawn_cwd,
+                    env=env,
+                    start_new_session=True,
+                )
     except OSError as exc:
         if launched is not None:
             launched.release()

@@ -50,13 +50,16 @@ from proctor._errors import ConfigError, SandboxUnavailableError
 __all__ = (
     "DEFAULT_HIDDEN",
     "ENV_ALLOWLIST",
+    "PRESTART_LINE_LIMIT",
     "SANDBOX_HOME",
     "SYSTEM_DIRS",
     "Launch",
     "SandboxSettings",
     "SandboxSpec",
+    "command_line",
     "launch",
     "limit_note",
+    "prestart",
     "python_binds",
     "sandbox_available",
     "sandbox_env",
@@ -298,7 +301,12 @@ def sqlite_sidecars(path: str | os.PathLike[str]) -> tuple[Path, ...]:
 
 
 def _is_under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    # On the strings: ``root in path.parents`` builds every parent (a launch asks this
+    # hundreds of times). Both are absolute and normalized, as pathlib keeps them.
+    if path == root:
+        return True
+    top = str(root)
+    return str(path).startswith(top if top.endswith("/") else top + "/")
 
 
 def _prefix_of(bindir: Path) -> Path:
@@ -746,6 +754,68 @@ def launch(
                 *cmd,
             ]
     return Launch(cmd, env, host_cwd, spec.mode == "auto", process_limit, cgroup, before, home)
+
+
+# --------------------------------------------------------------------------- prestarting
+
+# The command a prestarted sandbox runs: read one line from standard input (the
+# command, written when it is known), give the command /dev/null as its standard
+# input, and run the line in this same process (``exec``), so the command is what
+# bubblewrap started, as in a sandbox made for it.
+_TRAMPOLINE: Final = 'n="\n"; IFS= read -r line || exit 125; exec </dev/null; eval "$line"'
+
+PRESTART_LINE_LIMIT: Final = 4096
+"""
+Bytes of a command line a prestarted sandbox takes; a longer command gets a
+sandbox of its own (``sh`` reads its line a byte at a time).
+"""
+
+
+def _sh_quote(arg: str) -> str:
+    # Single quotes keep every byte but the quote itself; a newline becomes the
+    # trampoline's $n, so that the command is one line.
+    return "'" + arg.replace("'", "'\\''").replace("\n", "'\"$n\"'") + "'"
+
+
+def command_line(argv: Sequence[str], cwd: str | os.PathLike[str]) -> bytes | None:
+    """
+    Return the line that runs ``argv`` in ``cwd`` in a prestarted sandbox, or None
+    when the command cannot be given that way (a NUL byte, a line too long).
+
+    Args:
+        argv: the command.
+        cwd: the working directory as seen inside.
+    """
+    where = os.fspath(cwd)
+    if not argv or any("\0" in a for a in (*argv, where)):
+        return None
+    words = " ".join(_sh_quote(a) for a in argv)
+    # cd sets OLDPWD, which a command made its own sandbox does not get.
+    text = f"cd {_sh_quote(where)} || exit 1; unset OLDPWD; exec {words}\n"
+    line = text.encode("utf-8", "surrogateescape")
+    return line if len(line) <= PRESTART_LINE_LIMIT else None
+
+
+def prestart(spec: SandboxSpec, marker_env: Mapping[str, str] | None = None) -> Launch:
+    """
+    Prepare a sandbox that is made before its command is known.
+
+    Spawned with a pipe as its standard input, it joins its cgroup, applies its
+    limits and lets bubblewrap build its namespaces and mounts, then waits for the
+    line :func:`command_line` gives and runs it as the sandbox's command: one
+    sandbox per command, as :func:`launch` makes, with the set-up done ahead.
+
+    Args:
+        spec: the sandbox (mode ``auto``).
+        marker_env: variables for the launcher process only (see :func:`launch`).
+
+    Raises:
+        SandboxUnavailableError: bubblewrap cannot be used here.
+        ConfigError: mode ``off``: there is no sandbox to make ahead.
+    """
+    if spec.mode != "auto":
+        raise ConfigError("sandbox: only a sandbox (mode 'auto') can be prestarted")
+    return launch(["/bin/sh", "-c", _TRAMPOLINE], spec, spec.inside, marker_env=marker_env)
 
 
 def limit_note(code: int | None, sandboxed: bool, forks_refused: bool) -> str | None:
