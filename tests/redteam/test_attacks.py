@@ -325,6 +325,34 @@ async def test_a_server_on_the_host_loopback_is_unreachable(
 # --------------------------------------------------------------------------- nothing outlives it
 
 
+async def test_no_process_carries_the_run_at_its_end(attack: Any) -> None:
+    # A run keeps the next command's sandbox made ahead: at the end none is left,
+    # neither a spare nor anything a command started, and each command had its own.
+    ns = "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/net; ls -A /tmp; touch /tmp/x"
+    done = await attack([command(ns), command(ns), FIX, command(ns), COMPLETE])
+    assert done.disposition is Disposition.COMPLETED
+    seen = [o.split() for o in (done.outputs[0], done.outputs[1], done.outputs[3])]
+    for out in seen:
+        assert "home" in out[3:], out
+        assert "x" not in out[3:], out  # a fresh /tmp each time
+    for kind in range(3):
+        assert len({out[kind] for out in seen}) == 3  # fresh namespaces each time
+    assert carrying(f"PROCTOR_RUN={done.result.run_id}") == []
+
+
+def carrying(variable: str) -> list[int]:
+    """The host processes whose environment holds ``variable`` (``NAME=value``)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if variable.encode() in f.read().split(b"\0"):
+                    found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 @pytest.mark.parametrize(
     "detach",
     [

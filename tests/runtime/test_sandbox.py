@@ -50,6 +50,22 @@ def ws(tmp_path: Path) -> Path:
     return d
 
 
+# How run() launches: a sandbox made for the command (no process groups), or the
+# command handed to a sandbox made ahead, as a run's commands are.
+_prestarted = False
+
+
+@pytest.fixture(autouse=True, params=["made-for-the-command", "prestarted"])
+def launcher(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test of the module, with both ways a sandboxed command is launched."""
+    global _prestarted  # run() reads it; one test at a time
+    _prestarted = request.param == "prestarted"
+    try:
+        yield str(request.param)
+    finally:
+        _prestarted = False
+
+
 def spec_for(ws: Path, **kw: Any) -> sb.SandboxSpec:
     kw.setdefault("ro_binds", sb.python_binds(PY))
     return sb.SandboxSpec(writable=ws, **kw)
@@ -63,7 +79,14 @@ async def run(
     time_limit: float = 60.0,
     limit: int = 64_000,
 ) -> Ran:
-    done = await run_command(argv, cwd=cwd, time_limit=time_limit, sandbox=spec, output_limit=limit)
+    groups = process.ProcessGroups(prestart=True) if _prestarted else None
+    try:
+        done = await run_command(
+            argv, cwd=cwd, time_limit=time_limit, sandbox=spec, output_limit=limit, groups=groups
+        )
+    finally:
+        if groups is not None:
+            await groups.terminate_all()  # and the next command's sandbox, made meanwhile
     return Ran(done.exit_code, done.output, done.status, spec.mode == "auto")
 
 

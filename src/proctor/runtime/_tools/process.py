@@ -380,7 +380,9 @@ class ProcessGroups:
         key = _spare_key(sandbox, marker_env)
         for attempt in (1, 2):
             spare = self._spares.pop(key, None)
-            if spare is not None and spare[1].returncode is not None:
+            if spare is not None and (
+                spare[1].returncode is not None or not pid_alive(spare[1].pid)
+            ):
                 await _discard(*spare)  # ended while it waited (a sweep, a signal)
                 spare = None
             launched, process = spare or await _start_spare(sandbox, marker_env)
