@@ -366,7 +366,8 @@ class ProcessGroups:
     ) -> tuple[Launch, Process]:
         """
         Hand the command ``line`` to a sandbox made ahead (made now when there is
-        none), and have the next one made; return the sandbox and its launcher.
+        none); return the sandbox and its launcher. Once the command has ended,
+        :meth:`replace_spare` has the next one made.
 
         Args:
             sandbox: the sandbox.
@@ -396,13 +397,27 @@ class ProcessGroups:
                     raise OSError("the prestarted sandbox ended before its command") from None
                 continue
             break
-        if not self._closed:
-            if self._wake is not None:
-                self._wanted[key] = (sandbox, marker_env)
-                self._wake.set()
-            else:
-                await self._replenish(key, sandbox, marker_env)
         return launched, process
+
+    async def replace_spare(
+        self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
+    ) -> None:
+        """
+        Have the next command's sandbox made, once a command has taken the spare
+        and ended: by :meth:`keep_spares` when it runs, else now.
+
+        Args:
+            sandbox: the sandbox.
+            marker_env: the launcher's variables.
+        """
+        if self._closed:
+            return
+        key = _spare_key(sandbox, marker_env)
+        if self._wake is not None:
+            self._wanted[key] = (sandbox, marker_env)
+            self._wake.set()
+        else:
+            await self._replenish(key, sandbox, marker_env)
 
 
 def _spare_key(sandbox: SandboxSpec, marker_env: Mapping[str, str] | None) -> Hashable:
@@ -657,6 +672,10 @@ async def run_command(
                     await groups.on_end(pgid, how if how is not None else "killed")
     forks_refused = launched.release() if launched is not None else False
     duration = time.monotonic() - started
+    if line is not None and groups is not None and sandbox is not None:
+        # After the command, not while it runs: making a sandbox takes the event loop
+        # for a millisecond or two, which a short command would wait for.
+        await groups.replace_spare(sandbox, env)
     output = capture.text()
     if limit.cancelled_caught and not leader_exited:
         log.info("process.time_limit", pgid=pgid, command=label, time_limit=time_limit)

@@ -678,9 +678,13 @@ class Launch:
         """
         if self._cgroup is None or not self.sandboxed:
             return  # off: a detached child may live on, nothing would end it
-        # Polling: cgroup v1 has no event for an emptied pids cgroup.
-        while _cg_running(self._cgroup):  # noqa: ASYNC110
-            await anyio.sleep(0.005)
+        # Polling: cgroup v1 has no event for an emptied pids cgroup. Often the
+        # namespace's init is still ending when the launcher has gone: look again
+        # soon, then less often.
+        pause = 0.0005
+        while _cg_running(self._cgroup):
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 0.005)
 
     def release(self) -> bool:
         """Give back the cgroup and the private home; return whether forks were refused."""
