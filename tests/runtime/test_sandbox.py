@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import sqlite3
@@ -428,6 +429,28 @@ async def test_the_process_limit_counts(ws: Path) -> None:
     )
     r = await run([PY, "-c", code], spec_for(ws, max_processes=20), ws)
     assert int(r.output.split()[1]) < 20, r.output
+
+
+@pytest.mark.skipif(
+    not os.access("/sys/fs/cgroup/pids", os.W_OK),
+    reason="needs a writable cgroup-v1 pids hierarchy",
+)
+def test_a_dead_process_s_cgroups_do_not_take_the_process_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A process that died left proctor-sandbox-<pid>-0; this process now has that pid.
+    monkeypatch.setattr(sb, "_cg_pool", [])
+    monkeypatch.setattr(sb, "_cg_counter", itertools.count())
+    left = Path(f"/sys/fs/cgroup/pids/proctor-sandbox-{os.getpid()}-0")
+    left.mkdir(exist_ok=True)
+    try:
+        cg = sb._acquire_cgroup(7)
+        assert cg is not None
+        assert cg != left
+        assert (cg / "pids.max").read_text().strip() == "7"
+        cg.rmdir()
+    finally:
+        left.rmdir()
 
 
 async def test_output_is_bounded(ws: Path) -> None:

@@ -596,7 +596,9 @@ def _acquire_cgroup(limit: int) -> Path | None:
             pass
         if not _rmdir_cgroup(cg):
             _cg_busy.append(cg)
-    name = f"proctor-sandbox-{os.getpid()}-{next(_cg_counter)}"
+    # A random part too: a process that died leaves its cgroups behind, and a later
+    # process given the same pid would find its names taken (and no process limit).
+    name = f"proctor-sandbox-{os.getpid()}-{next(_cg_counter)}-{os.urandom(4).hex()}"
     for parent in _cgroup_parents():
         if not (parent / "cgroup.procs").exists():
             continue
