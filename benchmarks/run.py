@@ -29,8 +29,10 @@ The benchmarks (``--only NAME``):
 - ``budget``: one budget reservation round trip (``bench_budget``);
 - ``concurrency``: 1,000 concurrent runs in one process (``bench_concurrency``);
 - ``resume``: resume of a run with 100,000 steps of history (``bench_resume``);
-- ``sandbox``: a sandboxed ``run_command true`` against a plain spawn, and a
-  sandboxed pytest check against the same check on the host (``bench_sandbox``);
+- ``sandbox``: ``run_command true`` in the sandbox (made ahead, as a run's
+  commands are, and made for the command) against the same call on the host, a
+  plain spawn and bare bubblewrap, and a sandboxed pytest check against the
+  same check on the host (``bench_sandbox``);
 - ``postgres``: the loop and the effect record on PostgreSQL, when
   ``PROCTOR_BENCH_PG_URL`` names a server.
 
