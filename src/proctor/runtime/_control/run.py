@@ -787,8 +787,9 @@ async def _run(
         protected=task.protected,
         limits=task.limits,
     )
-    if context.sandbox is not None:
-        groups.prepare(context.sandbox, context.env)  # the first command's sandbox too
+    if context.sandbox is not None and "run_command" in registry:
+        # The first command's sandbox too, when the run offers commands at all.
+        groups.prepare(context.sandbox, context.env)
     # Watched: a step learns what changed from the kernel instead of walking the tree.
     hasher = TreeHasher(task.workspace, task.ignore, watch=True)
     judge = Judge(
