@@ -326,17 +326,19 @@ async def test_a_server_on_the_host_loopback_is_unreachable(
 
 
 async def test_no_process_carries_the_run_at_its_end(attack: Any) -> None:
-    # A run keeps the next command's sandbox made ahead: at the end none is left,
-    # neither a spare nor anything a command started, and each command had its own.
-    ns = "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/net; ls -A /tmp; touch /tmp/x"
-    done = await attack([command(ns), command(ns), FIX, command(ns), COMPLETE])
+    # A run keeps the next command's sandbox made ahead: each command has its own,
+    # and at the end none is left, neither a spare nor anything a command started.
+    probe = (
+        "ls -A /tmp; touch /tmp/x"
+        "; echo sleepers=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^sleep$')"
+        "; setsid -f sleep 30 >/dev/null 2>&1"
+    )
+    done = await attack([command(probe), command(probe), FIX, command(probe), COMPLETE])
     assert done.disposition is Disposition.COMPLETED
-    seen = [o.split() for o in (done.outputs[0], done.outputs[1], done.outputs[3])]
-    for out in seen:
-        assert "home" in out[3:], out
-        assert "x" not in out[3:], out  # a fresh /tmp each time
-    for kind in range(3):
-        assert len({out[kind] for out in seen}) == 3  # fresh namespaces each time
+    for out in (done.outputs[0], done.outputs[1], done.outputs[3]):
+        assert "home" in out.split(), out
+        assert "x" not in out.split(), out  # a new /tmp each time
+        assert "sleepers=0" in out.split(), out  # a new PID namespace: the last one's are gone
     assert carrying(f"PROCTOR_RUN={done.result.run_id}") == []
 
 

@@ -8,7 +8,6 @@ for the command, and one made ahead); these are about the spares themselves.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -73,6 +72,18 @@ def marked(token: str) -> list[int]:
     return found
 
 
+def replace_directory(d: Path) -> None:
+    d.rename(d.with_name(d.name + "-old"))
+    d.mkdir()
+    (d / "new-file").write_text("")
+
+
+def launchers(groups: ProcessGroups) -> list[int]:
+    """The pids of the spares' launchers (read from the groups: a launcher just
+    spawned may be between two execs, when /proc shows no environment)."""
+    return [spare.process.pid for spare in groups._spares.values()]
+
+
 def cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -134,19 +145,19 @@ def test_bytes_that_are_not_utf8_pass() -> None:
 async def test_each_command_gets_a_fresh_sandbox(
     ws: Path, groups: ProcessGroups, token: str
 ) -> None:
-    probe = "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/net; ls -A /tmp"
+    probe = "ls -A /tmp; echo sleepers=$(cat /proc/[0-9]*/comm | grep -c '^sleep$')"
     first = await sh(
-        f"{probe}; touch /tmp/left; setsid -f sh -c 'sleep 30; : {token}' >/dev/null 2>&1",
+        f"{probe}; touch /tmp/left; setsid -f sh -c 'exec sleep 30 {token}' >/dev/null 2>&1",
         ws,
         groups,
         token,
     )
     second = await sh(probe, ws, groups, token)
-    assert "left" not in second.split()  # the private /tmp is new
-    for a, b in zip(first.split()[:3], second.split()[:3], strict=True):
-        assert a != b  # new PID, mount and network namespaces
-    # What the first command left running died with its sandbox, and the only
-    # process carrying the marker is the spare made for the next command.
+    assert "sleepers=0" in first.split()
+    assert "left" not in second.split()  # a new private /tmp
+    assert "sleepers=0" in second.split()  # a new PID namespace: the first one's sleeper is gone
+    # and so is it on the host: the only processes carrying the marker are the
+    # spare made for the next command.
     assert not any(token.encode() in cmdline(p) for p in marked(token))
 
 
@@ -154,8 +165,8 @@ async def test_each_command_gets_a_fresh_sandbox(
 async def test_the_spare_ends_with_the_groups(ws: Path, token: str) -> None:
     groups = ProcessGroups(prestart=True)
     await sh("true", ws, groups, token)
-    spares = marked(token)
-    assert spares, "a spare should be waiting for the next command"
+    spares = launchers(groups)
+    assert len(spares) == 1, "a spare should be waiting for the next command"
     await groups.terminate_all()
     # Each is gone, or still finishing its exit with its memory and files released
     # (the kernel takes it out of its cgroup before it is reaped): no code of it runs.
@@ -169,12 +180,11 @@ async def test_the_spare_ends_with_the_groups(ws: Path, token: str) -> None:
 @needs_sandbox
 async def test_a_spare_that_died_is_replaced(ws: Path, groups: ProcessGroups, token: str) -> None:
     await sh("true", ws, groups, token)
-    for pid in marked(token):  # the launcher, and bubblewrap's own first child
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    (launcher,) = launchers(groups)  # killed as a sweep would kill it
+    os.kill(launcher, signal.SIGKILL)
     with anyio.fail_after(30):
         # Polling: nothing reports the death of the spare's launcher to a test.
-        while marked(token):  # noqa: ASYNC110 (gone, or a zombie: its environ reads empty)
+        while pid_alive(launcher):  # noqa: ASYNC110 (a zombie until its watcher reaps it)
             await anyio.sleep(0.01)
     assert (await sh("echo still", ws, groups, token)).strip() == "still"
 
@@ -189,7 +199,7 @@ async def test_the_spare_is_made_ahead_by_its_task(
         tg.start_soon(groups.keep_spares)
         with anyio.fail_after(30):
             # Polling: the spare is made in the background, with no event for a test.
-            while not marked(token):  # noqa: ASYNC110 (the first command's, made ahead)
+            while not launchers(groups):  # noqa: ASYNC110 (the first command's, made ahead)
                 await anyio.sleep(0.01)
         for i in range(3):
             assert (await sh(f"echo {i}", ws, groups, token)).strip() == str(i)
@@ -212,3 +222,12 @@ async def test_standard_input_is_empty(ws: Path, groups: ProcessGroups, token: s
         "0",
         "/dev/null",
     ]
+
+
+@needs_sandbox
+async def test_a_spare_of_a_replaced_workspace_is_not_used(
+    ws: Path, groups: ProcessGroups, token: str
+) -> None:
+    await sh("touch old-file", ws, groups, token)  # the spare now binds this directory
+    replace_directory(ws)
+    assert (await sh("ls", ws, groups, token)).split() == ["new-file"]

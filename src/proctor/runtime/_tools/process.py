@@ -252,7 +252,7 @@ class ProcessGroups:
     on_end: Callable[[int, str], Awaitable[None]] | None = None
     prestart: bool = False
     _live: dict[int, GroupInfo] = attrs.field(factory=dict, init=False)
-    _spares: dict[Hashable, tuple[Launch, Process]] = attrs.field(factory=dict, init=False)
+    _spares: dict[Hashable, _Spare] = attrs.field(factory=dict, init=False)
     _wanted: dict[Hashable, tuple[SandboxSpec, Mapping[str, str] | None]] = attrs.field(
         factory=dict, init=False
     )
@@ -307,8 +307,8 @@ class ProcessGroups:
     async def close_spares(self) -> None:
         """End the sandboxes made ahead that no command has taken."""
         while self._spares:
-            _, (launched, process) = self._spares.popitem()
-            await _discard(launched, process)
+            _, spare = self._spares.popitem()
+            await _discard(spare.launched, spare.process)
 
     async def keep_spares(self) -> None:
         """
@@ -357,7 +357,7 @@ class ProcessGroups:
                 log.info("process.prestart_failed", error=str(exc))
                 return
             if self._closed or key in self._spares:
-                await _discard(*spare)
+                await _discard(spare.launched, spare.process)
             else:
                 self._spares[key] = spare
 
@@ -381,12 +381,12 @@ class ProcessGroups:
         key = _spare_key(sandbox, marker_env)
         for attempt in (1, 2):
             spare = self._spares.pop(key, None)
-            if spare is not None and (
-                spare[1].returncode is not None or not pid_alive(spare[1].pid)
-            ):
-                await _discard(*spare)  # ended while it waited (a sweep, a signal)
+            if spare is not None and not spare.usable(sandbox):
+                await _discard(spare.launched, spare.process)
                 spare = None
-            launched, process = spare or await _start_spare(sandbox, marker_env)
+            if spare is None:
+                spare = await _start_spare(sandbox, marker_env)
+            launched, process = spare.launched, spare.process
             assert process.stdin is not None
             try:
                 await process.stdin.send(line)
@@ -424,9 +424,31 @@ def _spare_key(sandbox: SandboxSpec, marker_env: Mapping[str, str] | None) -> Ha
     return (sandbox, tuple(sorted((marker_env or {}).items())))
 
 
-async def _start_spare(
-    sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
-) -> tuple[Launch, Process]:
+def _identity(directory: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+@attrs.frozen
+class _Spare:
+    """A sandbox made ahead: its launcher, and the writable directory it bound."""
+
+    launched: Launch
+    process: Process
+    bound: tuple[int, int] | None
+
+    def usable(self, sandbox: SandboxSpec) -> bool:
+        """Whether it still waits, and binds the directory that is the writable one now."""
+        if self.process.returncode is not None or not pid_alive(self.process.pid):
+            return False  # ended while it waited (a sweep, a signal)
+        return self.bound is not None and self.bound == _identity(sandbox.writable)
+
+
+async def _start_spare(sandbox: SandboxSpec, marker_env: Mapping[str, str] | None) -> _Spare:
+    bound = _identity(sandbox.writable)  # before bubblewrap binds it
     launched = prestart(sandbox, marker_env)
     try:
         process = await anyio.open_process(
@@ -441,7 +463,7 @@ async def _start_spare(
     except OSError:
         launched.release()
         raise
-    return launched, process
+    return _Spare(launched, process, bound)
 
 
 async def _discard(launched: Launch, process: Process) -> None:
