@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
 import sqlite3
+import subprocess
 import sys
 import threading
 import uuid
@@ -451,6 +453,36 @@ def test_a_dead_process_s_cgroups_do_not_take_the_process_limit(
         cg.rmdir()
     finally:
         left.rmdir()
+
+
+@pytest.mark.skipif(
+    not os.access("/sys/fs/cgroup/pids", os.W_OK),
+    reason="needs a writable cgroup-v1 pids hierarchy",
+)
+def test_the_cgroups_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now
+    parent = Path("/sys/fs/cgroup/pids")
+    dead = parent / f"proctor-sandbox-{gone.pid}-0-{os.urandom(4).hex()}"
+    busy = parent / f"proctor-sandbox-{gone.pid}-1-{os.urandom(4).hex()}"
+    live = parent / f"proctor-sandbox-{os.getppid()}-0-{os.urandom(4).hex()}"
+    other = parent / f"other-{os.urandom(4).hex()}"
+    for cg in (dead, busy, live, other):
+        cg.mkdir()
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        (busy / "cgroup.procs").write_text(str(holder.pid))
+        assert sb._sweep_dead_cgroups(parent) >= 1
+        assert not dead.exists()
+        assert busy.exists()  # a process still runs in it: the kernel keeps it
+        assert live.exists()  # its process lives
+        assert other.exists()  # not proctor's
+    finally:
+        holder.kill()
+        holder.wait()  # reaped: its cgroup is empty
+        for cg in (dead, busy, live, other):
+            with contextlib.suppress(FileNotFoundError):
+                cg.rmdir()
 
 
 async def test_output_is_bounded(ws: Path) -> None:

@@ -531,6 +531,7 @@ def _hide_args(spec: SandboxSpec, visible: list[Path], writable: Path, inside: P
 # --------------------------------------------------------------------------- cgroups
 
 _cg_counter = itertools.count()
+_cg_swept: set[Path] = set()  # parents whose dead processes' cgroups were removed
 _cg_pool: list[Path] = []  # idle pids cgroups, reused
 _cg_busy: list[Path] = []  # released while processes were still in them
 
@@ -602,6 +603,9 @@ def _acquire_cgroup(limit: int) -> Path | None:
     for parent in _cgroup_parents():
         if not (parent / "cgroup.procs").exists():
             continue
+        if parent not in _cg_swept:
+            _cg_swept.add(parent)
+            _sweep_dead_cgroups(parent)
         cg = parent / name
         try:
             cg.mkdir()
@@ -614,6 +618,42 @@ def _acquire_cgroup(limit: int) -> Path | None:
             continue
         return cg
     return None
+
+
+def _sweep_dead_cgroups(parent: Path) -> int:
+    """
+    Remove the empty pids cgroups that processes now gone left in ``parent`` (a host
+    killed with SIGKILL runs no cleanup); return how many. A cgroup is a directory
+    the kernel keeps until someone removes it: thousands pile up otherwise.
+
+    Only a name of this module's shape whose process is gone, and only when empty
+    (the kernel refuses to remove a cgroup with a process in it).
+    """
+    removed = 0
+    try:
+        names = [entry.name for entry in os.scandir(parent) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 4 or parts[:2] != ["proctor", "sandbox"] or not parts[2].isdigit():
+            continue
+        pid = int(parts[2])
+        if pid == os.getpid() or _pid_exists(pid):
+            continue  # its own pool, or a live process's (or one given that pid since)
+        if _rmdir_cgroup(parent / name):
+            removed += 1
+    return removed
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _release_cgroup(cg: Path) -> None:
