@@ -404,3 +404,49 @@ async def test_live_searches_that_find_nothing_are_different_work(tmp_path: Path
     candidates = [s["event"]["candidate"] for s in actions]  # type: ignore[index]
     assert len(set(candidates[:8])) == 1
     assert candidates[8] != candidates[7]  # the shell edit, measured
+
+
+class _NoteReads:
+    """A journal that counts how often the run's notes are read."""
+
+    def __init__(self, journal: Any) -> None:
+        self.journal = journal
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.journal, name)
+
+    async def notes(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return await self.journal.notes(*args, **kwargs)
+
+
+async def _note_reads(tmp_path: Path, writes: int) -> tuple[int, list[dict[str, Any]]]:
+    from proctor.runtime._control.run import start_run
+    from proctor.runtime._journal import Journal
+
+    workspace = tmp_path / f"w{writes}"
+    workspace.mkdir()
+    calls = [ToolCall("write_file", {"path": f"f{i}", "content": "x" * i}) for i in range(writes)]
+    async with await Journal.open(tmp_path / f"j{writes}.db") as journal:
+        counting = _NoteReads(journal)
+        result = await start_run(
+            Task(
+                goal="write", workspace=workspace, kind="answer", policy=Policy(stall_threshold=0)
+            ),
+            ScriptedActor(calls),
+            counting,
+        )
+        notes = await journal.notes(result.run_id, kinds=["effect"])
+    return counting.reads, notes
+
+
+async def test_the_controllers_own_effect_notes_do_not_make_it_read_the_notes_again(
+    tmp_path: Path,
+) -> None:
+    few, _ = await _note_reads(tmp_path, 2)
+    many, notes = await _note_reads(tmp_path, 8)
+    # The notes are read before the first step, not once more per effect.
+    assert many == few
+    # Each effect's note was journaled (with its dispatch), arguments and all.
+    assert [n["body"]["args"]["path"] for n in notes] == [f"f{i}" for i in range(8)]

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.support.pg import URL_ENV, PgUnavailable, find_binaries, fresh_database, fresh_schema
 
+from proctor._digest import canonical_json
 from proctor._errors import (
     ConfigError,
     EffectError,
@@ -45,6 +46,7 @@ from proctor.runtime._journal import (
 )
 from proctor.runtime._journal import postgres_sql as pg_sql
 from proctor.runtime._journal import schema as journal_schema
+from proctor.runtime._journal.blobs import BLOB_MIN
 from proctor.runtime._journal.postgres import PgJournal
 from proctor.runtime._records import (
     Decision,
@@ -1568,3 +1570,240 @@ async def test_sqlite_journal_of_version_3_gains_the_liveness_columns(db_path: P
         assert await j.heartbeat("run-a", 1, pid=1, workspace="/w", every=5.0)
         assert [r.run_id for r in await j.live_runs("/w")] == ["run-a"]
     assert user_version(db_path) == SCHEMA_VERSION
+
+
+# -- large contents as blobs ------------------------------------------------------------------
+
+
+async def _scalar(target: str, sql: str) -> Any:
+    if is_postgres_url(target):
+        conn = await asyncpg.connect(target)
+        try:
+            return await conn.fetchval(sql)
+        finally:
+            await conn.close()
+    with sqlite3.connect(target) as db:
+        value = db.execute(sql).fetchone()[0]
+    db.close()
+    return value
+
+
+def _write_step(run_id: str, n: int, content: str, args: dict[str, Any] | None = None) -> Any:
+    """A write_file step as the controller journals it: the content in action and event."""
+    args = {"path": "a.py", "content": content, **(args or {})}
+    return step(
+        run_id,
+        n,
+        action=canonical_json({"tool": "write_file", "args": args}),
+        event={"type": "action", "tool": "write_file", "args": args, "result": {"output": "ok"}},
+    )
+
+
+LARGE_TEXT = st.text(min_size=1, max_size=20).map(lambda t: t * (BLOB_MIN // len(t) + 1))
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    content=st.one_of(LARGE_TEXT, st.text(max_size=30)),
+    extra=st.dictionaries(
+        st.sampled_from(["$blob", "$lit", "n", "é"]),
+        st.one_of(JSON_VALUES, LARGE_TEXT, st.just({"$blob": "0" * 32})),
+        max_size=3,
+    ),
+)
+async def test_any_content_round_trips_through_blobs(
+    journal: JournalLike, content: str, extra: dict[str, Any]
+) -> None:
+    # Whatever the content (large or not, any text, data that looks like a
+    # reference), steps and notes read back exactly as they were written.
+    run_id = f"run-{next(RUN_IDS)}"
+    epoch = await new_run(journal, run_id)
+    record = _write_step(run_id, 1, content, {"extra": extra})
+    await journal.append_step(run_id, epoch, record)
+    await journal.append_steps(run_id, epoch, [_write_step(run_id, 2, content, extra)])
+    body = {"key": "k", "args": {"content": content, **extra}, "nested": [extra, content]}
+    note = await journal.add_note(run_id, "effect", body)
+    read = await journal.steps(run_id)
+    assert read[0] == record
+    assert read[1] == _write_step(run_id, 2, content, extra)
+    assert [n["body"] for n in await journal.notes(run_id)] == [body]
+    assert (await journal.latest_note(run_id, "effect") or {})["id"] == note
+    assert await journal.ending_step(run_id) is None
+
+
+async def test_a_large_write_is_stored_once_for_its_step_event_and_note(
+    journal: JournalLike, target: str
+) -> None:
+    epoch = await new_run(journal, "run-b")
+    content = "line of a file\n" * 140  # 2 KB
+    await journal.append_step("run-b", epoch, _write_step("run-b", 1, content))
+    await journal.add_note("run-b", "effect", {"args": {"path": "a.py", "content": content}})
+    # A later step that reads the same content back shares the blob too.
+    await journal.append_step(
+        "run-b", epoch, step("run-b", 2, event={"result": {"output": content}})
+    )
+    assert await _scalar(target, "SELECT count(*) FROM blobs") == 1
+    inline = await _scalar(
+        target,
+        "SELECT sum(length(coalesce(action, '')) + length(coalesce(event, ''))) FROM steps",
+    )
+    assert inline < 600
+    assert await _scalar(target, "SELECT max(length(body)) FROM notes") < 200
+    assert (await journal.steps("run-b"))[1]["event"]["result"]["output"] == content
+
+
+@pytest.mark.parametrize("damage", ["flip", "delete"])
+async def test_a_corrupted_blob_is_reported_with_its_run_and_step(
+    journal: JournalLike, target: str, damage: str
+) -> None:
+    epoch = await new_run(journal, "run-c")
+    content = " ".join(str(n * n) for n in range(400))
+    await journal.append_step("run-c", epoch, step("run-c", 1))
+    await journal.append_step("run-c", epoch, _write_step("run-c", 2, content))
+    note = await journal.add_note("run-c", "effect", {"args": {"content": content}})
+    if damage == "flip":
+        # One byte of the stored (compressed) content changed.
+        if is_postgres_url(target):
+            sql = "UPDATE blobs SET body = overlay(body placing '\\x00'::bytea from 40 for 1)"
+        else:
+            flipped = "substr(body, 1, 39) || x'00' || substr(body, 41)"
+            sql = f"UPDATE blobs SET body = CAST({flipped} AS BLOB)"
+        why = "does not match its digest"
+    else:
+        sql, why = "DELETE FROM blobs", "which is missing"
+    await _corrupt(target, sql)
+    with pytest.raises(JournalError, match=f"step 2 of run run-c is corrupt.*{why}"):
+        await journal.steps("run-c")
+    with pytest.raises(JournalError, match=f"note {note} of run run-c is corrupt.*{why}"):
+        await journal.notes("run-c")
+    # Writing the same content again repairs the blob.
+    await journal.append_step("run-c", epoch, _write_step("run-c", 3, content))
+    assert [s["step"] for s in await journal.steps("run-c")] == [1, 2, 3]
+
+
+async def test_sqlite_journal_of_version_5_reads_its_notes_and_gains_blobs(db_path: Path) -> None:
+    with sqlite3.connect(db_path) as conn:
+        for migration in journal_schema.SQLITE_MIGRATIONS[:5]:
+            for table, column, declaration in migration.columns:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            conn.executescript(migration.script)
+        conn.execute("PRAGMA user_version = 5")
+        conn.execute("INSERT INTO tasks VALUES ('t', 'goal', '{}', 'c1', 0)")
+        conn.execute(
+            "INSERT INTO runs (run_id, task_id, epoch, status, policy, policy_version, host,"
+            " started_at) VALUES ('run-a', 't', 1, 'running', '{}', 'p1', 'h1', 0)"
+        )
+        # A note written before blobs, whose data looks like a reference: read as data.
+        body = '{"args": {"$blob": "' + "0" * 32 + '", "content": "' + "z" * 2000 + '"}}'
+        conn.execute(
+            "INSERT INTO notes (run_id, kind, body, at) VALUES ('run-a', 'e', ?, 0)", (body,)
+        )
+    conn.close()
+    async with open_journal(db_path) as j:
+        (note,) = await j.notes("run-a")
+        assert note["body"]["args"] == {"$blob": "0" * 32, "content": "z" * 2000}
+        await j.add_note("run-a", "e", {"content": "z" * 2000})
+        assert [n["body"] for n in await j.notes("run-a")][1] == {"content": "z" * 2000}
+    assert user_version(db_path) == SCHEMA_VERSION
+
+
+# -- running totals of spend, open effects -------------------------------------------------------
+
+
+async def test_sqlite_journal_of_version_6_sums_its_spend_once_then_keeps_totals(
+    db_path: Path,
+) -> None:
+    with sqlite3.connect(db_path) as conn:
+        for migration in journal_schema.SQLITE_MIGRATIONS[:6]:
+            for table, column, declaration in migration.columns:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            conn.executescript(migration.script)
+        conn.execute("PRAGMA user_version = 6")
+        conn.execute("INSERT INTO tasks VALUES ('t', 'goal', '{}', 'c1', 0)")
+        conn.execute(
+            "INSERT INTO runs (run_id, task_id, epoch, status, policy, policy_version, host,"
+            " started_at) VALUES ('run-a', 't', 1, 'running', '{}', 'p1', 'h1', 0)"
+        )
+        conn.executemany(
+            "INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)"
+            " VALUES ('t', 'run-a', ?, ?, ?, '', 0)",
+            [("steps", 1.0, "settle"), ("steps", 2.0, "settle"), ("steps", 5.0, "reserve")],
+        )
+    conn.close()
+    async with open_journal(db_path) as j:
+        assert await j.spend_totals("t") == {"steps": 3.0}
+        await j.add_spend("t", "run-a", {"steps": 1.0, "cost_usd": 0.5}, "charge")
+        await j.add_spend("t", "run-a", {"steps": 4.0}, "settle", defer=True)
+        assert await j.spend_totals("t") == {"cost_usd": 0.5, "steps": 8.0}
+        assert await j.spend_totals("t", kinds=["reserve"]) == {"steps": 5.0}
+        assert len(await j.spend_rows("run-a")) == 6
+    # The totals are what the rows sum to: a trigger keeps them in the rows' transaction.
+    with sqlite3.connect(db_path) as conn:
+        rows = conn.execute(
+            "SELECT kind, dimension, total FROM spend_totals EXCEPT"
+            " SELECT kind, dimension, sum(amount) FROM spend GROUP BY kind, dimension"
+        ).fetchall()
+    conn.close()
+    assert rows == []
+
+
+async def test_spend_totals_are_the_rows_summed_on_either_backend(
+    journal: JournalLike, target: str
+) -> None:
+    await new_run(journal, "run-s")
+    for n in range(1, 6):
+        await journal.add_spend(TASK, "run-s", {"steps": 1.0, "tokens_in": n}, "settle")
+    await journal.add_spend(TASK, "run-s", {"steps": 9.0}, "reserve", defer=True)
+    await journal.add_spend(TASK, "run-s", {"tool_calls:x": 1.0}, "charge", defer=True)
+    assert await journal.spend_totals(TASK) == {"steps": 5.0, "tokens_in": 15.0, "tool_calls:x": 1}
+    assert await _scalar(target, "SELECT count(*) FROM spend_totals") == 4
+
+
+async def test_effect_notes_and_counts_read_only_what_is_asked(journal: JournalLike) -> None:
+    epoch = await new_run(journal, "run-e")
+    for n in range(5):
+        await dispatch(journal, "run-e", epoch, f"k{n}", args_hash=f"h{n}")
+        await journal.add_note("run-e", "effect", {"key": f"k{n}", "args": {"n": n}})
+    # Another kind, and an effect note whose data only mentions a key, are not it.
+    await journal.add_note("run-e", "start", {"key": "k1"})
+    await journal.add_note("run-e", "effect", {"key": "k9", "args": {"key": "k7"}})
+    await journal.add_note("run-e", "effect", {"key": "k4", "args": {"again": True}})
+    found = await journal.effect_notes("run-e", ["k1", "k4", "k7"])
+    assert [(n["kind"], n["body"]["key"], n["body"]["args"]) for n in found] == [
+        ("effect", "k1", {"n": 1}),
+        ("effect", "k4", {"n": 4}),
+        ("effect", "k4", {"again": True}),
+    ]
+    assert await journal.effect_notes("run-e", []) == []
+    assert await journal.count_effects(TASK) == 5
+    assert await journal.count_effects("task-2") == 0
+
+
+async def test_a_dispatch_journals_its_effect_note_in_its_own_commit(
+    journal: JournalLike,
+) -> None:
+    epoch = await new_run(journal, "run-n")
+    body = {"key": "k1", "args": {"content": "y" * 3000}, "before": "absent"}
+    common: dict[str, Any] = {
+        "run_id": "run-n",
+        "epoch": epoch,
+        "task_id": TASK,
+        "step": 1,
+        "tool": "write_file",
+        "target": "file:a",
+        "args_hash": "h",
+    }
+    note = await journal.record_dispatch(key="k1", note=body, **common)
+    assert await journal.record_dispatch(key="k1", **common) is None  # a retry: no note
+    assert [(n["id"], n["kind"], n["body"]) for n in await journal.notes("run-n")] == [
+        (note, "effect", body)
+    ]
+    # A dispatch the journal refuses writes no note either.
+    await journal.end_run(
+        "run-n", epoch, disposition="failed", stop_reason=None, candidate_digest=None, handoff=None
+    )
+    with pytest.raises(FencedError):
+        await journal.record_dispatch(key="k2", note={"key": "k2"}, **common)
+    assert len(await journal.notes("run-n")) == 1

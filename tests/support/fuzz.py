@@ -25,6 +25,7 @@ from proctor._errors import ConfigError, JournalError, TrajectoryError
 from proctor._wire import to_jsonable
 from proctor.runtime._control.controller import proposal_refusal
 from proctor.runtime._control.trace import _action_event, _message_event
+from proctor.runtime._journal.blobs import BLOB_MIN
 from proctor.runtime._journal.rows import (
     dump,
     effect_row,
@@ -462,7 +463,8 @@ def check_task_file(home: Path, data: bytes) -> str:
 # -- journal rows ---------------------------------------------------------------------------------
 
 
-def _record(n: int) -> dict[str, Any]:
+def _record(n: int, content: str = "") -> dict[str, Any]:
+    args = {"path": "a.py", "content": content} if content else {}
     record = TraceRecord(
         trace_id="t",
         run_id="run-1",
@@ -481,7 +483,7 @@ def _record(n: int) -> dict[str, Any]:
         disposition=None,
         policy_version="p1",
         at=1_700_000_000.0 + n,
-        event=ActionEvent(tool="write_file", result=ActionResult(status="ok")),
+        event=ActionEvent(tool="write_file", args=args, result=ActionResult(status="ok")),
     )
     data: dict[str, Any] = to_jsonable(record)
     return data
@@ -494,11 +496,16 @@ _STEP_ORDER = tuple(name.strip() for name in STEP_COLUMNS.split(","))
 @st.composite
 def journal_rows(draw: st.DrawFn) -> tuple[str, tuple[Any, ...]]:
     """A row as a backend reads it back: a valid one with columns changed, or garbage."""
-    kind = draw(st.sampled_from(["step", "run", "note", "effect", "task"]))
+    kind = draw(st.sampled_from(["step", "blob step", "run", "note", "effect", "task"]))
     column_values = st.one_of(st.none(), st.integers(), st.floats(), texts, st.text(max_size=40))
-    if kind == "step":
-        params = step_params("run-1", 1, _record(draw(st.integers(1, 5))))
+    if kind in ("step", "blob step"):
+        # A blob step's content is stored as a blob: its row refers to it, and the
+        # blob (changed too, at times) is read with it as the row's last column.
+        content = "x" * BLOB_MIN if kind == "blob step" else ""
+        params = step_params("run-1", 1, _record(draw(st.integers(1, 5)), content))
         row = [params[name] for name in _STEP_ORDER]
+        if kind == "blob step":
+            row.append(json.dumps({key: body.hex() for key, body in params["blobs"]}))
         for _ in range(draw(st.integers(0, 2))):
             at = draw(st.integers(0, len(row) - 1))
             value = row[at]
@@ -510,17 +517,27 @@ def journal_rows(draw: st.DrawFn) -> tuple[str, tuple[Any, ...]]:
             else:
                 row[at] = draw(column_values)
         return kind, tuple(row)
-    size = {"run": 18, "note": 5, "effect": 11, "task": 5}[kind]
+    size = {"run": 18, "note": 6, "effect": 11, "task": 5}[kind]
     return kind, tuple(draw(st.lists(column_values, min_size=size, max_size=size)))
 
 
 _READERS: dict[str, Callable[[Any], Any]] = {
     "step": step_record,
+    "blob step": lambda row: step_record(row[:-1], _blobs(row[-1])),
     "run": run_row,
     "note": lambda row: note_records([row]),
     "effect": effect_row,
     "task": task_record,
 }
+
+
+def _blobs(column: Any) -> dict[str, Any]:
+    """The blobs a blob step's last column holds (hex, by digest); anything else is none."""
+    try:
+        blobs = json.loads(column)
+        return {key: bytes.fromhex(body) for key, body in blobs.items()}
+    except (TypeError, ValueError, AttributeError):
+        return {}
 
 
 def check_journal_row(case: tuple[str, tuple[Any, ...]]) -> str:

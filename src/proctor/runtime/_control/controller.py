@@ -80,7 +80,6 @@ from proctor.runtime._records import (
     Decision,
     Message,
     MessageKind,
-    NoteKind,
     Observation,
     ObservationKind,
     Proposal,
@@ -743,20 +742,22 @@ class Controller(Endings, OperatorNotes, OwnCalls):
         whose effect is uncertain. The call is charged when its intent is journaled;
         a refused call is not.
         """
-        # The sequence counts the task's effects (the ledger holds every one the
-        # journal knows of): a key is never reused, even for a step a dead host lost.
-        self._sequence = max(self._sequence, len(self.effects)) + 1
+        # The sequence counts the task's effects (those the ledger holds and those
+        # settled before it was loaded): a key is never reused, even for a step a
+        # dead host lost.
+        self._sequence = max(self._sequence, self.effects.known()) + 1
         key = idempotency_key(self.task_id, self.step_base + self.step + 1, self._sequence)
         refusal = await self._plan_effect(call, spec, key)
         if isinstance(refusal, Refused):
             await self._release(grant)
             return refusal
-        target = refusal
+        target, note = refusal
         await self._settle(grant, amounts)
         attempt = 0
         while True:
             try:
-                await self.journal.record_dispatch(
+                # The first dispatch carries the effect's note, in its durable commit.
+                noted = await self.journal.record_dispatch(
                     run_id=self.run_id,
                     epoch=self.epoch,
                     key=key,
@@ -765,9 +766,11 @@ class Controller(Endings, OperatorNotes, OwnCalls):
                     tool=call.tool,
                     target=target.text,
                     args_hash=args_hash(call.args),
+                    note=note if attempt == 0 else None,
                 )
             except FencedError as exc:
                 return Refused(call, f"fence: {exc}")
+            self._own_note(noted)
             self.effects.dispatched(key)
             result = await self._send(key, call)
             state = {
@@ -807,8 +810,13 @@ class Controller(Endings, OperatorNotes, OwnCalls):
             await anyio.sleep(backoff(attempt - 1))
             self.effects.plan(key, call.tool, call.args, target)
 
-    async def _plan_effect(self, call: ToolCall, spec: ToolSpec, key: str) -> Target | Refused:
-        """Plan an effect in the ledger and journal what a later reconciliation needs."""
+    async def _plan_effect(
+        self, call: ToolCall, spec: ToolSpec, key: str
+    ) -> tuple[Target, dict[str, Any]] | Refused:
+        """
+        Plan an effect in the ledger; return its target and the note a later
+        reconciliation needs (journaled with the effect's dispatch).
+        """
         try:
             target = target_of(spec, call.args, self.context.workspace)
             holder = self.effects.blocks(target, key)
@@ -822,19 +830,28 @@ class Controller(Endings, OperatorNotes, OwnCalls):
             self.effects.plan(key, call.tool, call.args, target, before, intended_digest=intended)
         except (EffectError, WorkspaceError) as exc:
             return Refused(call, f"effect: {exc}")
-        await self.journal.add_note(
-            self.run_id,
-            NoteKind.EFFECT,
-            {
-                "key": key,
-                "tool": call.tool,
-                "args": call.args,
-                "target": target.text,
-                "before": before,
-                "intended": intended,
-            },
-        )
-        return target
+        note = {
+            "key": key,
+            "tool": call.tool,
+            "args": call.args,
+            "target": target.text,
+            "before": before,
+            "intended": intended,
+        }
+        return target, note
+
+    def _own_note(self, note: int | None) -> None:
+        """
+        Count a note the controller wrote itself as seen, when no note can lie
+        between the last one seen and it: the next step's newest note is then no
+        reason to read the run's notes again. Any gap (an operator's note, or
+        ids a database skipped) leaves it to the next read.
+        """
+        newest = self._notes_newest
+        if note is None or newest is None:
+            return
+        if newest <= self._notes_seen and note == self._notes_seen + 1:
+            self._notes_seen = self._notes_newest = note
 
     async def _send(self, key: str, call: ToolCall) -> ToolResult:
         """Call the tool with the effect's key in context; a cancellation leaves it uncertain."""

@@ -192,17 +192,33 @@ def _replay_run(judge: Judge, records: Sequence[Mapping[str, Any]]) -> None:
     judge.reopen()
 
 
+#: The states of an effect a resume still acts on: in flight or planned (to be
+#: found uncertain), uncertain (to be reconciled), escalated (the handoff names it).
+OPEN_STATES: tuple[str, ...] = (
+    EffectState.PLANNED.value,
+    EffectState.DISPATCHED.value,
+    EffectState.UNCERTAIN.value,
+    EffectState.ESCALATED.value,
+)
+
+
 async def load_effects(journal: JournalLike, task_id: str) -> EffectLedger:
     """
-    Rebuild the effect ledger of a task from the journal: every effect of every
-    run, with the arguments and digests journaled before it was dispatched.
+    Rebuild the effect ledger of a task from the journal: the effects that are
+    not settled, with the arguments and digests journaled before they were
+    dispatched, and the count of the others. What it reads grows with the open
+    effects, not with the task's history.
     """
+    effects = await journal.effects(task_id=task_id, states=OPEN_STATES)
+    keys: dict[str, list[str]] = {}
+    for effect in effects:
+        keys.setdefault(effect.run_id, []).append(effect.key)
     details: dict[str, Mapping[str, Any]] = {}
-    for row in await journal.runs_of_task(task_id):
-        for note in await journal.notes(row.run_id, kinds=(NoteKind.EFFECT,)):
+    for run_id, of_run in keys.items():
+        for note in await journal.effect_notes(run_id, of_run):
             details[note["body"]["key"]] = note["body"]
     records = []
-    for effect in await journal.effects(task_id=task_id):
+    for effect in effects:
         extra = details.get(effect.key, {})
         records.append(
             EffectRecord(
@@ -216,7 +232,9 @@ async def load_effects(journal: JournalLike, task_id: str) -> EffectLedger:
                 intended_digest=extra.get("intended"),
             )
         )
-    return EffectLedger.from_records(records)
+    ledger = EffectLedger.from_records(records)
+    ledger.earlier = await journal.count_effects(task_id) - len(records)
+    return ledger
 
 
 async def _latest_snapshot(

@@ -387,9 +387,16 @@ class EffectLedger:
     )
     # Each key's place in planning order, which the lists above are reported in.
     _order: dict[str, int] = attrs.field(factory=dict, init=False)
+    #: The task's effects the journal holds that this ledger does not (settled
+    #: before a resume loaded the open ones): with ``len``, every effect known.
+    earlier: int = attrs.field(default=0, init=False)
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def known(self) -> int:
+        """Return how many effects the task has: those held here and the ``earlier`` ones."""
+        return len(self._records) + self.earlier
 
     def _index(self, record: EffectRecord, old: EffectState | None) -> None:
         """Keep the indexes in step with ``record``, whose state was ``old`` (None: new)."""

@@ -392,7 +392,15 @@ class JournalLike(Protocol):
         tool: str,
         target: str,
         args_hash: str,
-    ) -> None: ...
+        note: Mapping[str, Any] | None = None,
+    ) -> int | None:
+        """
+        Record, durably, that an effect is about to be dispatched; with ``note``,
+        journal the run's ``effect`` note in the same durable transaction (what a
+        reconciliation needs: arguments, digests), and return its id.
+        """
+        ...
+
     async def settle_effect(
         self,
         key: str,
@@ -409,6 +417,18 @@ class JournalLike(Protocol):
         run_id: str | None = None,
         states: Sequence[str] | None = None,
     ) -> list[EffectRow]: ...
+
+    async def count_effects(self, task_id: str) -> int:
+        """Return how many effects the task has journaled, in every state (an index count)."""
+        ...
+
+    async def effect_notes(self, run_id: str, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """
+        Return the run's ``effect`` notes of these effects' keys (shaped as
+        :meth:`notes` shapes them), in order: what a resume needs of its open
+        effects, without reading the notes of every effect the run made.
+        """
+        ...
 
     async def add_evidence(self, run_id: str, task_id: str, record: Mapping[str, Any]) -> None: ...
     async def evidence(

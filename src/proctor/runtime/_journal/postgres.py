@@ -82,14 +82,19 @@ from proctor.runtime._journal.rows import (
     dump_opt,
     effect_row,
     fenced_error,
+    key_needles,
     load,
+    note_params,
     note_records,
+    note_refs,
+    of_keys,
     record_field,
     run_row,
     settle_fence,
     spend_records,
     step_params,
     step_record,
+    step_refs,
     task_record,
 )
 from proctor.runtime._journal.schema import PG_MIGRATIONS, SCHEMA_VERSION
@@ -696,7 +701,11 @@ class PgJournal:
             rows, self._deferred = self._deferred, []
             try:
                 row = await conn.fetchrow(
-                    Sql.append_step_with_spend, *_step_args(params), epoch, *_spend_arrays(rows)
+                    Sql.append_step_with_spend,
+                    *_step_args(params),
+                    epoch,
+                    *_spend_arrays(rows),
+                    *_blob_arrays(params["blobs"]),
                 )
             except asyncpg.UniqueViolationError as exc:
                 # The statement wrote nothing: the spend waits for the next operation.
@@ -740,6 +749,9 @@ class PgJournal:
                     if current != epoch or status == "queued":
                         raise self._fenced(run_id, epoch, status, current, what)
                     await conn.executemany(Sql.insert_step, [_step_args(p) for p in params])
+                    blobs = dict(b for p in params for b in p["blobs"])
+                    if blobs:
+                        await conn.execute(Sql.put_blobs, *_blob_arrays(sorted(blobs.items())))
             except asyncpg.UniqueViolationError as exc:
                 raise self._duplicate_step(run_id, what) from exc
 
@@ -751,13 +763,15 @@ class PgJournal:
         """Return a run's steps in order (see :meth:`Journal.steps`)."""
         async with self._use(f"read steps of run {run_id}") as conn:
             rows = await conn.fetch(Sql.steps, run_id, after)
-        return [step_record(row) for row in rows]
+            blobs = await _read_blobs(conn, step_refs(rows))
+        return [step_record(row, blobs) for row in rows]
 
     async def ending_step(self, run_id: str) -> dict[str, Any] | None:
         """Return the last step with a disposition (see :meth:`Journal.ending_step`)."""
         async with self._use(f"read the ending step of run {run_id}") as conn:
             row = await conn.fetchrow(Sql.ending_step, run_id)
-        return None if row is None else step_record(row)
+            blobs = {} if row is None else await _read_blobs(conn, step_refs([row]))
+        return None if row is None else step_record(row, blobs)
 
     # -- effects ------------------------------------------------------------------------
 
@@ -773,9 +787,12 @@ class PgJournal:
         tool: str,
         target: str,
         args_hash: str,
-    ) -> None:
+        note: Mapping[str, Any] | None = None,
+    ) -> int | None:
         """
-        Record, durably, that an effect is about to be dispatched.
+        Record, durably, that an effect is about to be dispatched; with ``note``,
+        journal the run's ``effect`` note in the same transaction and return its
+        id (see :meth:`Journal.record_dispatch`).
 
         Raises:
             FencedError: the run has ended or its epoch is not ``epoch``.
@@ -785,10 +802,27 @@ class PgJournal:
         args = (run_id, epoch, key, task_id, step, tool, target, args_hash, time.time())
         what = f"dispatch of effect {key}"
         async with self._use(f"record {what}") as conn:
-            async with self._durable(conn):
-                status = await conn.execute(Sql.record_dispatch, *args)
-            if _count(status) == 1:
-                return
+            if note is None:
+                async with self._durable(conn):
+                    status = await conn.execute(Sql.record_dispatch, *args)
+                if _count(status) == 1:
+                    return None
+            else:
+                text, packed, blobs = note_params(dict(note))
+                async with self._transaction(conn, durable=self._durable_set):
+                    status = await conn.execute(Sql.record_dispatch, *args)
+                    if _count(status) == 1:
+                        return int(
+                            await conn.fetchval(
+                                Sql.add_note,
+                                run_id,
+                                "effect",
+                                text,
+                                args[-1],
+                                packed,
+                                *_blob_arrays(blobs),
+                            )
+                        )
             row = await conn.fetchrow(Sql.dispatch_check, run_id, key)
         if row is None:
             raise RunNotFoundError(f"journal {self._url}: no run {run_id!r} ({what})")
@@ -856,6 +890,20 @@ class PgJournal:
     # -- evidence -----------------------------------------------------------------------
 
     @boundaries("add_evidence")
+    async def count_effects(self, task_id: str) -> int:
+        """Return how many effects the task has journaled, in every state."""
+        async with self._use(f"count effects of task {task_id}") as conn:
+            return int(await conn.fetchval(Sql.count_effects, task_id))
+
+    async def effect_notes(self, run_id: str, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """Return the run's effect notes of these keys, in order (see ``JournalLike``)."""
+        if not keys:
+            return []
+        async with self._use(f"read effect notes of run {run_id}") as conn:
+            rows = await conn.fetch(Sql.effect_notes, run_id, key_needles(keys))
+            blobs = await _read_blobs(conn, note_refs(rows))
+        return of_keys(note_records(rows, blobs), keys)
+
     async def add_evidence(self, run_id: str, task_id: str, record: Mapping[str, Any]) -> None:
         """
         Journal one piece of evidence: an unstructured evidence record.
@@ -956,8 +1004,13 @@ class PgJournal:
     @boundaries("add_note")
     async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> int:
         """Journal a miscellaneous event of a run; return its id (see :meth:`Journal.add_note`)."""
+        text, packed, blobs = note_params(body)
         async with self._use(f"add note to run {run_id}") as conn:
-            return int(await conn.fetchval(Sql.add_note, run_id, kind, dump(body), time.time()))
+            return int(
+                await conn.fetchval(
+                    Sql.add_note, run_id, kind, text, time.time(), packed, *_blob_arrays(blobs)
+                )
+            )
 
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
@@ -968,13 +1021,15 @@ class PgJournal:
                 rows = await conn.fetch(Sql.notes, run_id, after)
             else:
                 rows = await conn.fetch(Sql.notes_of_kinds, run_id, after, list(kinds))
-        return note_records(rows)
+            blobs = await _read_blobs(conn, note_refs(rows))
+        return note_records(rows, blobs)
 
     async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None:
         """Return a run's newest note of ``kind``, or None (see :meth:`Journal.latest_note`)."""
         async with self._use(f"read the latest {kind} note of run {run_id}") as conn:
             rows = await conn.fetch(Sql.latest_note, run_id, kind)
-        found = note_records(rows)
+            blobs = await _read_blobs(conn, note_refs(rows))
+        found = note_records(rows, blobs)
         return found[0] if found else None
 
     @boundaries("put_snapshot")
@@ -1022,6 +1077,19 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     reset (``RESET ALL``, ``UNLISTEN *``, ...) would be a round trip to the
     server after every operation for nothing.
     """
+
+
+def _blob_arrays(blobs: Sequence[tuple[str, bytes]]) -> tuple[list[str], list[bytes]]:
+    """The two arrays (digests, contents) of ``postgres_sql._put_blobs``."""
+    return [key for key, _ in blobs], [body for _, body in blobs]
+
+
+async def _read_blobs(conn: _Conn, digests: set[str]) -> dict[str, Any]:
+    """Read the blobs with these digests: their stored contents, by digest."""
+    if not digests:
+        return {}
+    rows = await conn.fetch(Sql.blobs, sorted(digests))
+    return {str(key): body for key, body in rows}
 
 
 def _spend_arrays(rows: Sequence[tuple[Any, ...]]) -> tuple[list[Any], ...]:

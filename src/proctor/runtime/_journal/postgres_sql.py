@@ -35,6 +35,20 @@ def _fence(run: str, epoch: str, *, running: bool) -> str:
     return _FENCE.format(run=run, epoch=epoch, status="= 'running'" if running else "<> 'queued'")
 
 
+def _put_blobs(first: int, where: str = "") -> str:
+    """
+    The insert of blobs given as two arrays (digests, contents) from ``$first`` on:
+    the same contents again change nothing; contents that differ from the stored
+    ones (damaged) are written afresh.
+    """
+    return f"""
+        INSERT INTO blobs (digest, body)
+        SELECT d, b FROM unnest(${first}::text[], ${first + 1}::bytea[]) AS u (d, b) {where}
+        ON CONFLICT (digest) DO UPDATE SET body = excluded.body
+        WHERE blobs.body <> excluded.body
+    """
+
+
 def spend_rows(first: int) -> str:
     """The insert of spend rows given as seven arrays, from parameter ``$first`` on."""
     arrays = ", ".join(
@@ -188,9 +202,12 @@ class Sql:
             WHERE {_fence("$1::text", "$20::bigint", running=False)}
             RETURNING 1
         ),
-        spent AS ({spend_rows(21)})
+        spent AS ({spend_rows(21)}),
+        stored AS ({_put_blobs(28, "WHERE EXISTS (SELECT 1 FROM step)")})
         SELECT (SELECT count(*) FROM step), (SELECT max(id) FROM notes WHERE run_id = $1::text)
     """
+    put_blobs = _put_blobs(1)
+    blobs = "SELECT digest, body FROM blobs WHERE digest = ANY($1::text[])"
     add_spend_rows = spend_rows(1)
     # Inside a transaction that locked the run's row after checking its epoch.
     insert_step = f"{_STEP_INSERT} VALUES ({_STEP_VALUES})"
@@ -248,8 +265,9 @@ class Sql:
         "run_id": "run_id = {}",
     }
 
+    # From the running totals (a trigger keeps them with every row), not the rows.
     spend_totals = """
-        SELECT dimension, sum(amount) FROM spend
+        SELECT dimension, sum(total) FROM spend_totals
         WHERE task_id = $1 AND kind = ANY($2::text[])
         GROUP BY dimension ORDER BY dimension
     """
@@ -274,11 +292,28 @@ class Sql:
         FROM processes WHERE run_id = $1 ORDER BY started_at, pgid
     """
 
-    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES ($1, $2, $3, $4) RETURNING id"
-    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = $1 AND id > $2 ORDER BY id"
+    add_note = f"""
+        WITH note AS (
+            INSERT INTO notes (run_id, kind, body, at, packed) VALUES ($1, $2, $3, $4, $5)
+            RETURNING id
+        ),
+        stored AS ({_put_blobs(6)})
+        SELECT id FROM note
+    """
+    notes = """
+        SELECT id, run_id, kind, body, at, packed FROM notes
+        WHERE run_id = $1 AND id > $2 ORDER BY id
+    """
     notes_of_kinds = """
-        SELECT id, run_id, kind, body, at FROM notes
+        SELECT id, run_id, kind, body, at, packed FROM notes
         WHERE run_id = $1 AND id > $2 AND kind = ANY($3::text[]) ORDER BY id
+    """
+    count_effects = "SELECT count(*) FROM effects WHERE task_id = $1"
+    effect_notes = """
+        SELECT id, run_id, kind, body, at, packed FROM notes
+        WHERE run_id = $1 AND kind = 'effect'
+        AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS k (needle) WHERE strpos(body, needle) > 0)
+        ORDER BY id
     """
     put_snapshot = """
         INSERT INTO snapshots (run_id, step, body, at) VALUES ($1, $2, $3, $4)
@@ -287,7 +322,7 @@ class Sql:
     """
     snapshot = "SELECT body FROM snapshots WHERE run_id = $1"
     latest_note = """
-        SELECT id, run_id, kind, body, at FROM notes
+        SELECT id, run_id, kind, body, at, packed FROM notes
         WHERE run_id = $1 AND kind = $2 ORDER BY id DESC LIMIT 1
     """
 
@@ -366,4 +401,6 @@ TABLES: tuple[str, ...] = (
     "processes",
     "notes",
     "snapshots",
+    "blobs",
+    "spend_totals",
 )

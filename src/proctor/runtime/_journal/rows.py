@@ -23,6 +23,7 @@ from proctor._errors import (
 )
 from proctor._logging import get_logger
 from proctor.runtime._journal.base import EFFECT_STATES, QUEUED, SPEND_KINDS, EffectRow, RunRow
+from proctor.runtime._journal.blobs import pack, pack_action, refs, unpack, unpack_action
 from proctor.runtime._records import Disposition
 
 log = get_logger()
@@ -42,13 +43,18 @@ __all__ = (
     "fenced_error",
     "load",
     "load_opt",
+    "key_needles",
+    "note_params",
+    "of_keys",
     "note_records",
+    "note_refs",
     "record_field",
     "run_row",
     "settle_fence",
     "spend_records",
     "step_params",
     "step_record",
+    "step_refs",
     "task_record",
 )
 
@@ -170,6 +176,8 @@ def load_opt(text: str | None, where: str = "a journal row") -> Any:
 
 # The key of a step's checksum in its ``extra`` column.
 _CHECKSUM = "_checksum"
+# The key of the columns of a step that refer to blobs, in its ``extra`` column.
+_PACKED = "_packed"
 
 
 def _step_checksum(values: Sequence[Any]) -> str:
@@ -238,10 +246,24 @@ def step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str,
     params["stop_reason"] = dump_opt(params["stop_reason"])
     params["progress"] = bool(params["progress"])
     params["reason"] = clean(str(params["reason"]))
-    params["event"] = dump_opt(record.get("event"))
-    params["action"] = json_text(params["action"])
+    # Large contents go to blobs, once; the row keeps references and says so.
+    packed: list[str] = []
+    blobs: dict[str, bytes] = {}
+    action, found = pack_action(params["action"])
+    if found:
+        packed.append("action")
+        blobs.update(found)
+    params["action"] = dump(action) if found else json_text(params["action"])
+    event, found = pack(record.get("event"))
+    if found:
+        packed.append("event")
+        blobs.update(found)
+    params["event"] = dump_opt(event)
+    params["blobs"] = sorted(blobs.items())
     # Fields this schema has no column for yet are kept, not dropped.
     extra = {key: value for key, value in record.items() if key not in STEP_KNOWN}
+    if packed:
+        extra[_PACKED] = packed
     extra_text = dump(extra) if extra else None
     # A checksum over every column as stored, kept with them: a row changed on
     # disk is told from a valid one when it is read.
@@ -251,8 +273,37 @@ def step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str,
     return params
 
 
-def step_record(row: Any) -> dict[str, Any]:
-    """Rebuild a trace record from a row of ``_Sql.steps``."""
+def step_refs(rows: Iterable[Any]) -> set[str]:
+    """The blobs that rows of ``_Sql.steps`` refer to (read them with the rows)."""
+    return refs(text for row in rows for text in (row[4], row[17]))
+
+
+def _check_sum(row: Any, extras: dict[str, Any], where: str) -> None:
+    """Check a step row's checksum (taking it out of ``extras``), if it has one."""
+    checksum = extras.pop(_CHECKSUM, None)
+    if checksum is None:
+        return
+    # The columns in the order they were summed: run, trace, then the rest.
+    columns = [row[1], row[0], *row[2:11], bool(row[11]), *row[12:18]]
+    extra_text = dump(extras) if extras else None
+    try:
+        summed = _step_checksum([*columns, extra_text])
+    except (TypeError, ValueError):
+        summed = None  # a column of another type than written (bytes, say)
+    if summed != checksum:
+        raise JournalError(
+            f"{where} is corrupt in the journal (its checksum does not match its "
+            "columns); it is not read as data"
+        )
+
+
+def step_record(row: Any, blobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """
+    Rebuild a trace record from a row of ``_Sql.steps``, with the blobs it refers to.
+
+    Raises:
+        JournalError: the row, or a blob it refers to, is corrupt.
+    """
     (
         trace_id,
         run_id,
@@ -278,37 +329,15 @@ def step_record(row: Any) -> dict[str, Any]:
     extras = load(extra, where) if extra is not None else {}
     if not isinstance(extras, dict):
         raise JournalError(f"{where} is corrupt in the journal: it is not read as data")
-    checksum = extras.pop(_CHECKSUM, None)
-    if checksum is not None:
-        values = [
-            trace_id,
-            step,
-            kind,
-            action,
-            tool_status,
-            result_fingerprint,
-            state_version,
-            state_delta,
-            remaining,
-            decision,
-            bool(progress),
-            reason,
-            stop_reason,
-            disposition,
-            policy_version,
-            at,
-            event,
-        ]
-        extra_text = dump(extras) if extras else None
-        try:
-            summed = _step_checksum([run_id, *values, extra_text])
-        except (TypeError, ValueError):
-            summed = None  # a column of another type than written (bytes, say)
-        if summed != checksum:
-            raise JournalError(
-                f"{where} is corrupt in the journal (its checksum does not match its "
-                "columns); it is not read as data"
-            )
+    _check_sum(row, extras, where)
+    packed = extras.pop(_PACKED, [])
+    if not isinstance(packed, list):
+        raise JournalError(f"{where} is corrupt in the journal: it is not read as data")
+    if "action" in packed:
+        action = unpack_action(load(action, where), blobs or {}, where)
+    decoded = load_opt(event, where)
+    if "event" in packed:
+        decoded = unpack(decoded, blobs or {}, where)
     record = {
         "trace_id": trace_id,
         "run_id": run_id,
@@ -327,7 +356,7 @@ def step_record(row: Any) -> dict[str, Any]:
         "disposition": disposition,
         "policy_version": policy_version,
         "at": at,
-        "event": load_opt(event, where),
+        "event": decoded,
     }
     record.update(extras)
     return record
@@ -345,18 +374,45 @@ def task_record(row: Any) -> dict[str, Any]:
     }
 
 
-def note_records(rows: Iterable[Any]) -> list[dict[str, Any]]:
-    """Notes rows, as both backends select them, as plain data (bodies decoded)."""
-    return [
-        {
-            "id": nid,
-            "run_id": rid,
-            "kind": kind,
-            "body": load(body, f"note {nid} of run {rid}"),
-            "at": at,
-        }
-        for nid, rid, kind, body, at in rows
-    ]
+def note_params(body: dict[str, Any]) -> tuple[str, int | None, list[tuple[str, bytes]]]:
+    """A note's body as its columns store it (``body``, ``packed``) and its blobs."""
+    packed, blobs = pack(body)
+    return dump(packed), (1 if blobs else None), sorted(blobs.items())
+
+
+def key_needles(keys: Sequence[str]) -> list[str]:
+    """How an effect note's body spells each key (``dump``'s JSON): what to look for."""
+    return [f'"key":{json.dumps(key)}' for key in keys]
+
+
+def of_keys(notes: list[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """The notes whose body's ``key`` is one of ``keys``."""
+    wanted = set(keys)
+    return [n for n in notes if isinstance(n["body"], dict) and n["body"].get("key") in wanted]
+
+
+def note_refs(rows: Iterable[Any]) -> set[str]:
+    """The blobs that notes rows refer to (read them with the rows)."""
+    return refs(row[3] for row in rows if row[5])
+
+
+def note_records(
+    rows: Iterable[Any], blobs: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """
+    Notes rows, as both backends select them, as plain data (bodies decoded).
+
+    Raises:
+        JournalError: a body, or a blob it refers to, is corrupt.
+    """
+    records = []
+    for nid, rid, kind, body, at, packed in rows:
+        where = f"note {nid} of run {rid}"
+        value = load(body, where)
+        if packed:
+            value = unpack(value, blobs or {}, where)
+        records.append({"id": nid, "run_id": rid, "kind": kind, "body": value, "at": at})
+    return records
 
 
 def effect_row(row: Any) -> EffectRow:

@@ -195,6 +195,41 @@ SQLITE_MIGRATIONS: tuple[SqliteMigration, ...] = (
         );
         """,
     ),
+    # Blobs: large contents stored once, keyed by their digest, shared by the
+    # steps, events and notes that refer to them (see ``blobs``); a note that
+    # refers to one says so.
+    SqliteMigration(
+        columns=(("notes", "packed", "INTEGER"),),
+        script="""
+        CREATE TABLE IF NOT EXISTS blobs (
+            digest TEXT PRIMARY KEY,
+            body   BLOB NOT NULL
+        );
+        """,
+    ),
+    # Running totals of spend, per task, kind and dimension, kept by a trigger in
+    # the transaction of every spend row: a task's spend is read from them, not
+    # summed over its rows. The journal's rows so far are summed once.
+    SqliteMigration(
+        script="""
+        CREATE TABLE IF NOT EXISTS spend_totals (
+            task_id   TEXT NOT NULL,
+            kind      TEXT NOT NULL,
+            dimension TEXT NOT NULL,
+            total     REAL NOT NULL,
+            PRIMARY KEY (task_id, kind, dimension)
+        ) WITHOUT ROWID;
+        INSERT OR IGNORE INTO spend_totals (task_id, kind, dimension, total)
+        SELECT task_id, kind, dimension, sum(amount) FROM spend
+        GROUP BY task_id, kind, dimension;
+        CREATE TRIGGER IF NOT EXISTS spend_running AFTER INSERT ON spend
+        BEGIN
+            INSERT INTO spend_totals (task_id, kind, dimension, total)
+            VALUES (new.task_id, new.kind, new.dimension, new.amount)
+            ON CONFLICT (task_id, kind, dimension) DO UPDATE SET total = total + excluded.total;
+        END;
+        """,
+    ),
 )
 
 #: The schema version this proctor writes and understands.
@@ -371,6 +406,41 @@ PG_MIGRATIONS: tuple[str, ...] = (
         holder  text NOT NULL,
         since   double precision NOT NULL
     );
+    """,
+    # Blobs: large contents stored once, keyed by their digest.
+    """
+    ALTER TABLE notes ADD COLUMN IF NOT EXISTS packed smallint;
+    CREATE TABLE IF NOT EXISTS blobs (
+        digest text COLLATE "C" PRIMARY KEY,
+        body   bytea NOT NULL
+    );
+    """,
+    # Running totals of spend, kept by a trigger in the transaction of every spend row.
+    """
+    CREATE TABLE IF NOT EXISTS spend_totals (
+        task_id   text COLLATE "C" NOT NULL,
+        kind      text NOT NULL,
+        dimension text COLLATE "C" NOT NULL,
+        total     double precision NOT NULL,
+        PRIMARY KEY (task_id, kind, dimension)
+    );
+    INSERT INTO spend_totals (task_id, kind, dimension, total)
+    SELECT task_id, kind, dimension, sum(amount) FROM spend
+    GROUP BY task_id, kind, dimension
+    ON CONFLICT DO NOTHING;
+    CREATE OR REPLACE FUNCTION proctor_spend_running() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO spend_totals (task_id, kind, dimension, total)
+        VALUES (NEW.task_id, NEW.kind, NEW.dimension, NEW.amount)
+        ON CONFLICT (task_id, kind, dimension)
+        DO UPDATE SET total = spend_totals.total + excluded.total;
+        RETURN NULL;
+    END
+    $$;
+    DROP TRIGGER IF EXISTS spend_running ON spend;
+    CREATE TRIGGER spend_running AFTER INSERT ON spend
+    FOR EACH ROW EXECUTE FUNCTION proctor_spend_running();
     """,
 )
 

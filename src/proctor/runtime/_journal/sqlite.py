@@ -45,7 +45,6 @@ import time
 from collections.abc import (
     AsyncIterator,
     Callable,
-    Iterator,
     Mapping,
     Sequence,
 )
@@ -89,14 +88,19 @@ from proctor.runtime._journal.rows import (
     dump_opt,
     effect_row,
     fenced_error,
+    key_needles,
     load,
+    note_params,
     note_records,
+    note_refs,
+    of_keys,
     record_field,
     run_row,
     settle_fence,
     spend_records,
     step_params,
     step_record,
+    step_refs,
     task_record,
 )
 from proctor.runtime._journal.schema import (
@@ -111,9 +115,13 @@ from proctor.runtime._journal.sqlite_io import (
     is_duplicate,
     nothing,
     prefix_query,
+    put_blobs,
+    read_blobs,
     schema_version,
+    sqlite_errors,
     transaction,
     write_steps,
+    write_with_spend,
 )
 from proctor.runtime._journal.sqlite_sql import Sql
 
@@ -250,19 +258,9 @@ class Journal:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         """Translate ``sqlite3`` errors into :class:`JournalError` naming the path."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise JournalError(f"journal {self._path}: could not {what}: {exc}") from exc
-        except UnicodeDecodeError as exc:
-            # SQLite's own message quoting a damaged schema, in bytes that are not UTF-8.
-            raise JournalError(
-                f"journal {self._path}: could not {what}: the file is damaged "
-                f"(SQLite reported text that is not UTF-8: {exc.reason})"
-            ) from exc
+        return sqlite_errors(self._path, what)
 
     def _connected(self, what: str) -> aiosqlite.Connection:
         """Return the connection, or raise if the journal is closed (hold the lock)."""
@@ -301,31 +299,9 @@ class Journal:
         """
         rows, self._deferred = self._deferred, []
         level = None if not durable or self._synchronous in DURABLE else self._synchronous
-
-        def write(conn: sqlite3.Connection) -> _T:
-            if level is not None:
-                conn.execute(Sql.synchronous("FULL"))
-            try:
-                conn.execute(Sql.begin)
-                try:
-                    if rows:
-                        crash_point("add_spend:before")
-                        conn.executemany(Sql.add_spend, rows)
-                    result = body(conn)
-                    conn.commit()
-                except BaseException:
-                    conn.rollback()
-                    raise
-                if rows:
-                    crash_point("add_spend:after")
-                return result
-            finally:
-                if level is not None:
-                    conn.execute(Sql.synchronous(level))
-
         try:
             with anyio.CancelScope(shield=True):
-                result = await in_thread(db, write)
+                result = await in_thread(db, functools.partial(write_with_spend, rows, body, level))
         except Exception:
             self._deferred[:0] = rows
             raise
@@ -830,6 +806,7 @@ class Journal:
                     if cursor.rowcount != len(params):
                         status, current = await self._diagnose_run(db, run_id, what)
                         raise self._fenced(run_id, epoch, status, current, what)
+                    await db.executemany(Sql.put_blob, [b for p in params for b in p["blobs"]])
                 crash_point("append_steps:after")
             except sqlite3.IntegrityError as exc:
                 raise self._duplicate_step(run_id, what, exc) from exc
@@ -850,8 +827,9 @@ class Journal:
             after: only the steps numbered above it (what a replay has not seen).
         """
         async with self._use(f"read steps of run {run_id}") as db:
-            rows = await db.execute_fetchall(Sql.steps, (run_id, after))
-        return [step_record(row) for row in rows]
+            rows = list(await db.execute_fetchall(Sql.steps, (run_id, after)))
+            blobs = await read_blobs(db, step_refs(rows))
+        return [step_record(row, blobs) for row in rows]
 
     async def ending_step(self, run_id: str) -> dict[str, Any] | None:
         """
@@ -860,7 +838,8 @@ class Journal:
         """
         async with self._use(f"read the ending step of run {run_id}") as db:
             rows = list(await db.execute_fetchall(Sql.ending_step, (run_id,)))
-        return step_record(rows[0]) if rows else None
+            blobs = await read_blobs(db, step_refs(rows))
+        return step_record(rows[0], blobs) if rows else None
 
     # -- effects ------------------------------------------------------------------------
 
@@ -875,14 +854,16 @@ class Journal:
         tool: str,
         target: str,
         args_hash: str,
-    ) -> None:
+        note: Mapping[str, Any] | None = None,
+    ) -> int | None:
         """
         Record, durably, that an effect is about to be dispatched.
 
         One transaction checks that the run is running under ``epoch`` and that a
         known ``key`` was recorded with the same arguments, then marks the effect
         ``dispatched``; the commit is on disk before this returns. A refusal writes
-        nothing.
+        nothing. With ``note``, the run's ``effect`` note is journaled in the same
+        transaction (when the dispatch is), and its id returned.
 
         Raises:
             FencedError: the run has ended or its epoch is not ``epoch``.
@@ -902,20 +883,27 @@ class Journal:
         }
         what = f"dispatch of effect {key}"
 
-        def write(conn: sqlite3.Connection) -> list[Any] | None:
-            """Dispatch it; or, when nothing was written, return what explains why."""
+        noted = None if note is None else note_params(dict(note))
+
+        def write(conn: sqlite3.Connection) -> list[Any] | int | None:
+            """Dispatch it (and note it); or, when nothing was written, say why."""
             crash_point("record_dispatch:before")
-            if conn.execute(Sql.record_dispatch, params).rowcount == 1:
+            if conn.execute(Sql.record_dispatch, params).rowcount != 1:
+                return list(conn.execute(Sql.dispatch_check, params).fetchall())
+            if noted is None:
                 return None
-            return list(conn.execute(Sql.dispatch_check, params).fetchall())
+            text, packed, blobs = noted
+            row = conn.execute(Sql.add_note, (run_id, "effect", text, params["now"], packed))
+            put_blobs(conn, blobs)
+            return int(row.fetchone()[0])
 
         async with self._lock:
             db = self._connected(f"record {what}")
             with self._errors(f"record {what}"):
                 rows = await self._write(db, write, durable=True)
-        if rows is None:
+        if not isinstance(rows, list):
             crash_point("record_dispatch:after")
-            return
+            return rows
         if not rows:
             raise RunNotFoundError(f"journal {self._path}: no run {run_id!r} ({what})")
         status, current, known_hash = rows[0]
@@ -992,6 +980,22 @@ class Journal:
         async with self._use("read effects") as db:
             rows = await db.execute_fetchall(sql, params)
         return [effect_row(row) for row in rows]
+
+    async def count_effects(self, task_id: str) -> int:
+        """Return how many effects the task has journaled, in every state."""
+        async with self._use(f"count effects of task {task_id}") as db:
+            rows = list(await db.execute_fetchall(Sql.count_effects, (task_id,)))
+        return int(rows[0][0])
+
+    async def effect_notes(self, run_id: str, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """Return the run's effect notes of these keys, in order (see ``JournalLike``)."""
+        if not keys:
+            return []
+        needles = json.dumps(key_needles(keys))
+        async with self._use(f"read effect notes of run {run_id}") as db:
+            rows = await db.execute_fetchall(Sql.effect_notes, (run_id, needles))
+            blobs = await read_blobs(db, note_refs(rows))
+        return of_keys(note_records(rows, blobs), keys)
 
     # -- evidence -----------------------------------------------------------------------
 
@@ -1121,13 +1125,19 @@ class Journal:
         Returns:
             The note's id: notes of a run are ordered by it.
         """
-        async with self._use(f"add note to run {run_id}") as db:
+        text, packed, blobs = note_params(body)
+
+        def write(conn: sqlite3.Connection) -> int:
             crash_point("add_note:before")
-            rows = list(
-                await db.execute_fetchall(Sql.add_note, (run_id, kind, dump(body), time.time()))
-            )
-            crash_point("add_note:after")
-        return int(rows[0][0])
+            row = conn.execute(Sql.add_note, (run_id, kind, text, time.time(), packed)).fetchone()
+            put_blobs(conn, blobs)
+            return int(row[0])
+
+        async with self._lock:
+            with self._errors(f"add note to run {run_id}"):
+                note = await self._write(self._connected(f"add note to run {run_id}"), write)
+        crash_point("add_note:after")
+        return note
 
     async def notes(
         self, run_id: str, *, after: int = 0, kinds: Sequence[str] | None = None
@@ -1147,7 +1157,8 @@ class Journal:
                 rows = await db.execute_fetchall(
                     Sql.notes_of_kinds, (run_id, after, json.dumps(list(kinds)))
                 )
-        return note_records(rows)
+            blobs = await read_blobs(db, note_refs(rows))
+        return note_records(rows, blobs)
 
     async def latest_note(self, run_id: str, kind: str) -> dict[str, Any] | None:
         """
@@ -1157,7 +1168,8 @@ class Journal:
         """
         async with self._use(f"read the latest {kind} note of run {run_id}") as db:
             rows = await db.execute_fetchall(Sql.latest_note, (run_id, kind))
-        found = note_records(rows)
+            blobs = await read_blobs(db, note_refs(rows))
+        found = note_records(rows, blobs)
         return found[0] if found else None
 
     async def put_snapshot(self, run_id: str, step: int, body: dict[str, Any]) -> None:

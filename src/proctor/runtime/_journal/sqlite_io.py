@@ -10,16 +10,17 @@ into statements, and the checks a journal path passes before SQLite sees it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 import aiosqlite
 import anyio
 import attrs
 
-from proctor._errors import ConfigError, SchemaError
+from proctor._errors import ConfigError, JournalError, SchemaError
 from proctor.runtime._journal.crash import crash_point
 from proctor.runtime._journal.schema import SCHEMA_VERSION, SqliteMigration
 from proctor.runtime._journal.sqlite_sql import Sql
@@ -27,6 +28,7 @@ from proctor.runtime._journal.sqlite_sql import Sql
 __all__ = (
     "apply_migration",
     "schema_version",
+    "sqlite_errors",
     "transaction",
     "StepWrite",
     "check_journal_path",
@@ -34,8 +36,11 @@ __all__ = (
     "is_duplicate",
     "nothing",
     "prefix_query",
+    "put_blobs",
+    "read_blobs",
     "statements",
     "write_steps",
+    "write_with_spend",
 )
 
 _T = TypeVar("_T")
@@ -57,6 +62,38 @@ class StepWrite:
         self.written, self.newest, self.duplicate, self.fence = None, 0, None, None
 
 
+def write_with_spend(
+    rows: Sequence[tuple[Any, ...]],
+    body: Callable[[sqlite3.Connection], _T],
+    level: str | None,
+    conn: sqlite3.Connection,
+) -> _T:
+    """
+    One write transaction in the connection's thread: the deferred spend ``rows``,
+    then ``body``; committed with ``synchronous=FULL`` when ``level`` (the level to
+    go back to) is given.
+    """
+    if level is not None:
+        conn.execute(Sql.synchronous("FULL"))
+    try:
+        conn.execute(Sql.begin)
+        try:
+            if rows:
+                crash_point("add_spend:before")
+                conn.executemany(Sql.add_spend, rows)
+            result = body(conn)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        if rows:
+            crash_point("add_spend:after")
+        return result
+    finally:
+        if level is not None:
+            conn.execute(Sql.synchronous(level))
+
+
 def write_steps(batch: Sequence[StepWrite], conn: sqlite3.Connection) -> None:
     """
     Write steps inside the caller's transaction; note each one's fate.
@@ -72,9 +109,24 @@ def write_steps(batch: Sequence[StepWrite], conn: sqlite3.Connection) -> None:
         except sqlite3.IntegrityError as exc:
             step.written, step.duplicate = False, exc
         if step.written:
+            put_blobs(conn, step.params["blobs"])
             step.newest = int(conn.execute(Sql.newest_note, (run_id,)).fetchone()[0] or 0)
         elif step.duplicate is None:
             step.fence = conn.execute(Sql.run_fence, (run_id,)).fetchone()
+
+
+def put_blobs(conn: sqlite3.Connection, blobs: Sequence[tuple[str, bytes]]) -> None:
+    """Write blobs (digest, contents) inside the caller's transaction, each once."""
+    if blobs:
+        conn.executemany(Sql.put_blob, blobs)
+
+
+async def read_blobs(db: aiosqlite.Connection, digests: Collection[str]) -> dict[str, Any]:
+    """Read the blobs with these digests: their stored contents, by digest."""
+    if not digests:
+        return {}
+    rows = await db.execute_fetchall(Sql.blobs, (json.dumps(sorted(digests)),))
+    return {str(key): body for key, body in rows}
 
 
 if not callable(getattr(aiosqlite.Connection, "_execute", None)):  # pragma: no cover
@@ -145,6 +197,21 @@ def check_journal_path(name: str, *, create: bool) -> None:
             f"journal {name}: no such file (give --journal the file a run "
             "wrote, such as proctor.db, or set PROCTOR_JOURNAL)"
         )
+
+
+@contextlib.contextmanager
+def sqlite_errors(path: str, what: str) -> Iterator[None]:
+    """Translate ``sqlite3`` errors into :class:`JournalError` naming the journal's path."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise JournalError(f"journal {path}: could not {what}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        # SQLite's own message quoting a damaged schema, in bytes that are not UTF-8.
+        raise JournalError(
+            f"journal {path}: could not {what}: the file is damaged "
+            f"(SQLite reported text that is not UTF-8: {exc.reason})"
+        ) from exc
 
 
 @contextlib.asynccontextmanager

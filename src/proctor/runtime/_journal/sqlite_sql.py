@@ -206,8 +206,9 @@ class Sql:
         INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
         VALUES (?, ?, ?, ?, ?, ?, ?)
     """
+    # From the running totals (a trigger keeps them with every row), not the rows.
     spend_totals = """
-        SELECT dimension, sum(amount) FROM spend
+        SELECT dimension, sum(total) FROM spend_totals
         WHERE task_id = ? AND kind IN (SELECT value FROM json_each(?))
         GROUP BY dimension ORDER BY dimension
     """
@@ -232,11 +233,31 @@ class Sql:
         FROM processes WHERE run_id = ? ORDER BY started_at, pgid
     """
 
-    add_note = "INSERT INTO notes (run_id, kind, body, at) VALUES (?, ?, ?, ?) RETURNING id"
-    notes = "SELECT id, run_id, kind, body, at FROM notes WHERE run_id = ? AND id > ? ORDER BY id"
+    add_note = """
+        INSERT INTO notes (run_id, kind, body, at, packed) VALUES (?, ?, ?, ?, ?) RETURNING id
+    """
+    notes = """
+        SELECT id, run_id, kind, body, at, packed FROM notes
+        WHERE run_id = ? AND id > ? ORDER BY id
+    """
     notes_of_kinds = """
-        SELECT id, run_id, kind, body, at FROM notes
+        SELECT id, run_id, kind, body, at, packed FROM notes
         WHERE run_id = ? AND id > ? AND kind IN (SELECT value FROM json_each(?)) ORDER BY id
+    """
+    # A blob's digest is its key: the same contents again change nothing, and
+    # contents that differ from the stored ones (damaged) are written afresh.
+    put_blob = """
+        INSERT INTO blobs (digest, body) VALUES (?, ?)
+        ON CONFLICT (digest) DO UPDATE SET body = excluded.body WHERE body <> excluded.body
+    """
+    blobs = "SELECT digest, body FROM blobs WHERE digest IN (SELECT value FROM json_each(?))"
+    count_effects = "SELECT count(*) FROM effects WHERE task_id = ?"
+    # The run's effect notes (by index), those that may name one of the keys;
+    # the caller keeps those whose key is one of them.
+    effect_notes = """
+        SELECT id, run_id, kind, body, at, packed FROM notes
+        WHERE run_id = ? AND kind = 'effect'
+        AND EXISTS (SELECT 1 FROM json_each(?) WHERE instr(body, value) > 0) ORDER BY id
     """
     put_snapshot = """
         INSERT INTO snapshots (run_id, step, body, at) VALUES (?, ?, ?, ?)
@@ -246,7 +267,7 @@ class Sql:
     snapshot = "SELECT body FROM snapshots WHERE run_id = ?"
     # Walks the run's index entries from the newest: the one row is the only body read.
     latest_note = """
-        SELECT id, run_id, kind, body, at FROM notes
+        SELECT id, run_id, kind, body, at, packed FROM notes
         WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1
     """
 
