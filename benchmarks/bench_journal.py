@@ -2,6 +2,8 @@
 What a step costs in the journal: effectful steps at long effect histories, command
 steps against a bare spawn, bytes per step, and the loop against a bare transaction.
 
+- ``resume_seconds(history)``: the same history, resumed: the time from
+  ``resume`` to the actor's first observation.
 - ``effect_step_ms(history)``: a task whose journal already holds ``history``
   settled effects (a real run's first effect, then rows added with ``sqlite3``
   in one transaction: its effect, its effect note, as the controller writes
@@ -64,6 +66,7 @@ __all__ = (
     "effect_step_ms",
     "floor_step_us",
     "main",
+    "resume_seconds",
 )
 
 HISTORIES = (100, 1_000, 10_000, 100_000)
@@ -167,6 +170,33 @@ async def _effect_steps(root: Path, history: int) -> float:
         raise RuntimeError(f"the resumed run took {again.steps} steps: {again.stop_reason}")
     gaps = [b - a for a, b in itertools.pairwise(stamps[:STEPS])]
     return statistics.median(gaps) * 1e3
+
+
+async def _resume_first(root: Path, history: int) -> float:
+    workspace = root / "w"
+    workspace.mkdir()
+    journal = root / "j.db"
+    first = await run(
+        _task(workspace), _actor([ToolCall("touch", {"name": "first"})]), journal, tools=_registry()
+    )
+    _add_history(journal, first.task_id, first.run_id, history - 1)
+    seen: list[float] = []
+
+    async def propose(observation: Observation) -> Proposal | None:
+        seen.append(time.perf_counter())
+        return None
+
+    start = time.perf_counter()
+    await resume(
+        first.run_id, FunctionActor(propose), journal, task=_task(workspace), tools=_registry()
+    )
+    return seen[0] - start
+
+
+def resume_seconds(history: int) -> float:
+    """Seconds from ``resume`` to the first observation, at ``history`` settled effects."""
+    with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
+        return anyio.run(_resume_first, Path(tmp), history, backend="asyncio")
 
 
 def effect_step_ms(history: int) -> float:
@@ -366,6 +396,7 @@ def main() -> None:
     quiet_logs()
     for history in HISTORIES:
         print(f"effectful step at {history:>7,} effects: {effect_step_ms(history):.2f} ms")
+        print(f"resume at {history:>7,} effects: {resume_seconds(history):.3f} s")
     print(f"command step: {command_step_ms():.2f} ms; bare spawn + commit {bare_step_ms():.2f} ms")
     for kind in KINDS:
         print(f"{kind:>8} step: {bytes_per_step(kind):,.0f} bytes for {PAYLOAD:,} recorded")

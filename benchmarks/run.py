@@ -33,6 +33,9 @@ The benchmarks (``--only NAME``):
   commands are, and made for the command) against the same call on the host, a
   plain spawn and bare bubblewrap, and a sandboxed pytest check against the
   same check on the host (``bench_sandbox``);
+- ``journal``: effectful steps at long effect histories, a command step against
+  a bare spawn and a durable commit, journal bytes per step, the loop against a
+  bare transaction (``bench_journal``);
 - ``postgres``: the loop and the effect record on PostgreSQL, when
   ``PROCTOR_BENCH_PG_URL`` names a server.
 
@@ -721,6 +724,115 @@ def _postgres(p: Params) -> list[Figure]:
     ]
 
 
+def _journal(p: Params) -> list[Figure]:
+    from benchmarks import bench_journal as bj
+    from benchmarks.bench_loop import proctor_loop
+
+    histories = bj.HISTORIES if not p.quick else bj.HISTORIES[:3]
+    base = histories[0]
+    figures: list[Figure] = []
+    at: dict[int, tuple[float, ...]] = {}
+    for history in histories:
+        at[history] = tuple(bj.effect_step_ms(history) for _ in range(p.reps))
+    for history in histories:
+        figures.append(
+            Figure(
+                f"journal.effect_step_{history}",
+                f"Effectful step at {history:,} effects of history (resumed run)",
+                "ms",
+                at[history],
+                note=f"median of {bj.STEPS} do-nothing effectful steps per repetition",
+            )
+        )
+    resumed = tuple(bj.resume_seconds(10_000) for _ in range(p.reps))
+    figures.append(
+        Figure(
+            "journal.resume_10k",
+            "Resume of a task with 10,000 settled effects: until the first observation",
+            "s",
+            resumed,
+            goal=("<", 0.2),
+        )
+    )
+    for history in histories[1:]:
+        figures.append(
+            Figure(
+                f"journal.effect_ratio_{history}",
+                f"Effectful step: at {history:,} / at {base:,} effects of history",
+                "x",
+                tuple(b / a for a, b in zip(at[base], at[history], strict=True)),
+                goal=("<=", 1.1),
+            )
+        )
+    command, bare = [], []
+    for _ in range(p.reps):
+        command.append(bj.command_step_ms())
+        bare.append(bj.bare_step_ms())
+    figures += [
+        Figure(
+            "journal.command_step",
+            "Command step (run_command true), empty workspace",
+            "ms",
+            tuple(command),
+            note="sandboxed, as every command; median of 50 steps",
+        ),
+        Figure(
+            "journal.bare_step",
+            "Bare sh -c true spawn + one durable commit",
+            "ms",
+            tuple(bare),
+            note="asyncio subprocess, aiosqlite, synchronous=FULL",
+        ),
+        Figure(
+            "journal.command_ratio",
+            "Command step / bare spawn + durable commit",
+            "x",
+            tuple(c / b for c, b in zip(command, bare, strict=True)),
+            goal=("<=", 1.5),
+        ),
+    ]
+    for kind in bj.KINDS:
+        size = bj.bytes_per_step(kind)
+        figures += [
+            Figure(
+                f"journal.bytes_{kind}",
+                f"Journal bytes per {kind} step, 2 KB payload",
+                "bytes",
+                (size,),
+                note="growth from 10 to 110 steps, VACUUM INTO",
+            ),
+            Figure(
+                f"journal.bytes_ratio_{kind}",
+                f"Journal bytes per {kind} step / 2,048",
+                "x",
+                (size / bj.PAYLOAD,),
+                goal=("<=", 1.5),
+            ),
+        ]
+    floor, loop = [], []
+    for _ in range(p.reps):
+        floor.append(bj.floor_step_us())
+        loop.append(1e6 / proctor_loop(p.loop_steps).steady)
+    figures += [
+        Figure(
+            "journal.floor",
+            "Bare aiosqlite transaction of a noop step's rows",
+            "µs",
+            tuple(floor),
+            note="a 2.2 KB step row and five spend rows, synchronous=NORMAL",
+        ),
+        Figure("journal.loop_step", "Durable loop step (steady state)", "µs", tuple(loop)),
+        Figure(
+            "journal.loop_ratio",
+            "Durable loop step / bare transaction",
+            "x",
+            tuple(a / b for a, b in zip(loop, floor, strict=True)),
+            goal=("<=", 1.5),
+        ),
+    ]
+    return figures
+
+
 BENCHMARKS: dict[str, Callable[[Params], list[Figure]]] = {
     "loop": _loop,
     "dispatch": _dispatch,
@@ -732,6 +844,7 @@ BENCHMARKS: dict[str, Callable[[Params], list[Figure]]] = {
     "resume": _resume,
     "sandbox": _sandbox,
     "postgres": _postgres,
+    "journal": _journal,
 }
 
 

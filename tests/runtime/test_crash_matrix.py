@@ -528,21 +528,32 @@ async def test_the_host_dies_at_every_journal_boundary_and_the_task_recovers(
 
 
 async def _point_at(
-    tmp_path: Path, service: Service, label: str, occurrence: int = 1, hold: bool = False
+    tmp_path: Path,
+    service: Service,
+    label: str,
+    occurrence: int = 1,
+    hold: bool = False,
+    after: str | None = None,
 ) -> Point:
-    """Run the point at the ``occurrence``-th boundary labelled ``label``."""
+    """
+    Run the point at the ``occurrence``-th boundary labelled ``label`` (counted
+    from the first boundary labelled ``after``, when given).
+    """
     labels = await trace_boundaries(tmp_path, service)
-    at = [n for n, seen in enumerate(labels, start=1) if seen == label]
+    start = labels.index(after) if after is not None else 0
+    at = [n for n, seen in enumerate(labels, start=1) if seen == label and n > start]
     return await run_point(at[occurrence - 1], tmp_path, service, hold)
 
 
 async def test_a_resumed_run_never_reuses_the_key_of_an_effect_whose_step_was_lost(
     tmp_path: Path, service: Service
 ) -> None:
-    # The first effect (a.txt) is applied; the host dies before its step is
-    # journaled. The resumed run's first new effect is the widget POST: it gets the
-    # same key, (task, step 1, call 1), and is refused as a reuse of that key.
-    point = await _point_at(tmp_path, service, "settle_effect:after")
+    # The first effect (a.txt) is applied; the host dies in the transaction of its
+    # step, which holds its settlement: neither is journaled, the effect is left
+    # dispatched. The resumed run's first new effect is the widget POST: without
+    # the count of the task's effects it would get the same key, (task, step 1,
+    # call 1), and be refused as a reuse of that key.
+    point = await _point_at(tmp_path, service, "append_step:before", after="record_dispatch:after")
     assert point.violations == ()
 
 
@@ -560,9 +571,9 @@ async def test_a_completion_decided_before_the_host_died_is_kept(
 async def test_a_call_the_dead_host_made_is_charged_to_the_task(
     tmp_path: Path, service: Service
 ) -> None:
-    # The widget POST is applied and confirmed in the journal; the host dies before
-    # the step's spend is settled. The reservation that covered the call is not
-    # inherited: the task made two POSTs and is charged for one.
+    # The widget POST is applied and confirmed in the journal, with its step (one
+    # transaction); the host dies right after. The reservation that covered the
+    # call is not inherited: the task made two POSTs and is charged for one.
     point = await _point_at(tmp_path, service, "settle_effect:after", occurrence=2)
     assert point.recovered == ()
     assert "applied_calls_charged" not in point.failed(), point.violations

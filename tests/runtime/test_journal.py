@@ -1807,3 +1807,37 @@ async def test_a_dispatch_journals_its_effect_note_in_its_own_commit(
     with pytest.raises(FencedError):
         await journal.record_dispatch(key="k2", note={"key": "k2"}, **common)
     assert len(await journal.notes("run-n")) == 1
+
+
+async def test_a_deferred_settlement_is_written_with_the_step(
+    journal: JournalLike, target: str
+) -> None:
+    epoch = await new_run(journal, "run-d")
+    await dispatch(journal, "run-d", epoch, "k1")
+    await journal.settle_effect(
+        "k1", "confirmed", {"status": "ok"}, run_id="run-d", epoch=epoch, defer=True
+    )
+    # Not yet in the journal: another connection still sees it dispatched.
+    assert await _scalar(target, "SELECT state FROM effects WHERE key = 'k1'") == "dispatched"
+    await journal.append_step("run-d", epoch, step("run-d", 1))
+    assert await _scalar(target, "SELECT state FROM effects WHERE key = 'k1'") == "confirmed"
+    # A deferred settlement its fence refuses writes nothing, and raises nothing;
+    # the step written with it is refused by the same fence.
+    await dispatch(journal, "run-d", epoch, "k2")
+    await journal.settle_effect("k2", "failed", None, run_id="run-d", epoch=epoch + 1, defer=True)
+    with pytest.raises(FencedError):
+        await journal.append_step("run-d", epoch + 1, step("run-d", 2))
+    assert await _scalar(target, "SELECT state FROM effects WHERE key = 'k2'") == "dispatched"
+    # Reads see deferred settlements: they are written first.
+    await journal.settle_effect("k2", "failed", None, run_id="run-d", epoch=epoch, defer=True)
+    (effect,) = await journal.effects(run_id="run-d", states=["failed"])
+    assert effect.key == "k2"
+
+
+async def test_a_deferred_settlement_is_written_when_the_journal_closes(target: str) -> None:
+    async with open_journal(target) as j:
+        await j.put_task(TASK, "goal", {}, "c1")
+        epoch = await new_run(j, "run-f")
+        await dispatch(j, "run-f", epoch, "k1")
+        await j.settle_effect("k1", "confirmed", None, run_id="run-f", epoch=epoch, defer=True)
+    assert await _scalar(target, "SELECT state FROM effects WHERE key = 'k1'") == "confirmed"

@@ -773,11 +773,7 @@ class Controller(Endings, OperatorNotes, OwnCalls):
             self._own_note(noted)
             self.effects.dispatched(key)
             result = await self._send(key, call)
-            state = {
-                ToolStatus.OK: EffectState.CONFIRMED,
-                ToolStatus.ERROR: EffectState.FAILED,
-            }.get(result.status, EffectState.UNCERTAIN)
-            await self._settle_effect(key, state, {"status": result.status.value})
+            state = await self._settle_result(key, result)
             if state is not EffectState.UNCERTAIN:
                 return result
             if self._stop is not None:
@@ -863,11 +859,26 @@ class Controller(Endings, OperatorNotes, OwnCalls):
                 await self._settle_effect(key, EffectState.UNCERTAIN, {"status": "cancelled"})
             raise
 
-    async def _settle_effect(self, key: str, state: EffectState, outcome: dict[str, Any]) -> None:
+    async def _settle_result(self, key: str, result: ToolResult) -> EffectState:
+        """
+        Settle an effect by its call's result: a known outcome is written with the
+        step (one transaction), an unknown one at once (a reconciliation follows).
+        """
+        state = {
+            ToolStatus.OK: EffectState.CONFIRMED,
+            ToolStatus.ERROR: EffectState.FAILED,
+        }.get(result.status, EffectState.UNCERTAIN)
+        known = state is not EffectState.UNCERTAIN
+        await self._settle_effect(key, state, {"status": result.status.value}, defer=known)
+        return state
+
+    async def _settle_effect(
+        self, key: str, state: EffectState, outcome: dict[str, Any], *, defer: bool = False
+    ) -> None:
         self.effects.outcome(key, state)
         # Fenced by this run's epoch: a host that lost the run cannot settle its effects.
         await self.journal.settle_effect(
-            key, state.value, outcome, run_id=self.run_id, epoch=self.epoch
+            key, state.value, outcome, run_id=self.run_id, epoch=self.epoch, defer=defer
         )
 
     async def _recover_effects(self) -> str:

@@ -409,7 +409,21 @@ class JournalLike(Protocol):
         *,
         run_id: str | None = None,
         epoch: int | None = None,
-    ) -> None: ...
+        defer: bool = False,
+    ) -> None:
+        """
+        Set an effect's state and outcome.
+
+        With ``defer``, the settlement is written in the transaction of the
+        journal's next operation (the step the settled call belongs to), after
+        the deferred spend; a host that dies before it loses it, and the effect
+        is found ``dispatched`` (then ``uncertain``, then reconciled by a read)
+        by whoever resumes the task. A deferred settlement that its fence or a
+        missing key refuses writes nothing and raises nothing: the step written
+        with it is refused by the same fence.
+        """
+        ...
+
     async def effects(
         self,
         *,

@@ -142,6 +142,8 @@ class PgJournal:
     _durable_set: bool = False
     # Spend rows written with the journal's next operation, one per dimension.
     _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
+    # Effect settlements (statement, arguments) written with the next operation.
+    _settles: list[tuple[str, tuple[Any, ...]]] = attrs.field(factory=list, init=False)
 
     @classmethod
     async def open(
@@ -250,7 +252,7 @@ class PgJournal:
         Close the pool, after the operations in flight, writing the deferred
         spend first. Closing twice is fine.
         """
-        if self._pool is not None and self._deferred:
+        if self._pool is not None and (self._deferred or self._settles):
             try:
                 async with self._use("write deferred spend"):
                     pass
@@ -293,7 +295,7 @@ class PgJournal:
         with self._errors(what):
             conn = await pool.acquire()
             try:
-                if flush and self._deferred:
+                if flush and (self._deferred or self._settles):
                     await self._flush(conn)
                 yield conn
             finally:
@@ -302,11 +304,17 @@ class PgJournal:
     async def _flush(self, conn: _Conn) -> None:
         """Write the deferred spend rows; keep them for the next operation if that fails."""
         rows, self._deferred = self._deferred, []
+        settles, self._settles = self._settles, []
         try:
             with anyio.CancelScope(shield=True):
-                await conn.execute(Sql.add_spend_rows, *_spend_arrays(rows))
+                async with self._transaction(conn):
+                    if rows:
+                        await conn.execute(Sql.add_spend_rows, *_spend_arrays(rows))
+                    for sql, args in settles:
+                        await conn.execute(sql, *args)
         except BaseException:
             self._deferred[:0] = rows
+            self._settles[:0] = settles
             raise
 
     @staticmethod
@@ -699,20 +707,29 @@ class PgJournal:
         what = f"append step {params['step']}"
         async with self._use(f"{what} of run {run_id}", flush=False) as conn:
             rows, self._deferred = self._deferred, []
+            settles, self._settles = self._settles, []
             try:
-                row = await conn.fetchrow(
-                    Sql.append_step_with_spend,
-                    *_step_args(params),
-                    epoch,
-                    *_spend_arrays(rows),
-                    *_blob_arrays(params["blobs"]),
-                )
+                # The deferred settlements and the step share one transaction.
+                async with contextlib.AsyncExitStack() as stack:
+                    if settles:
+                        await stack.enter_async_context(self._transaction(conn))
+                    for sql, args in settles:
+                        await conn.execute(sql, *args)
+                    row = await conn.fetchrow(
+                        Sql.append_step_with_spend,
+                        *_step_args(params),
+                        epoch,
+                        *_spend_arrays(rows),
+                        *_blob_arrays(params["blobs"]),
+                    )
             except asyncpg.UniqueViolationError as exc:
                 # The statement wrote nothing: the spend waits for the next operation.
                 self._deferred[:0] = rows
+                self._settles[:0] = settles
                 raise self._duplicate_step(run_id, what) from exc
             except BaseException:
                 self._deferred[:0] = rows
+                self._settles[:0] = settles
                 raise
             assert row is not None  # a SELECT without FROM returns one row
             if row[0] == 1:
@@ -843,9 +860,11 @@ class PgJournal:
         *,
         run_id: str | None = None,
         epoch: int | None = None,
+        defer: bool = False,
     ) -> None:
         """
-        Set an effect's state and outcome, fenced by ``run_id`` and ``epoch`` if given.
+        Set an effect's state and outcome, fenced by ``run_id`` and ``epoch`` if
+        given; with ``defer``, with the next operation (see :meth:`Journal.settle_effect`).
 
         Raises:
             ConfigError: ``state`` is not one of the effect states, or only one of
@@ -857,6 +876,12 @@ class PgJournal:
         fenced = settle_fence(state, run_id, epoch)
         args: tuple[Any, ...] = (key, state, dump_opt(outcome), time.time())
         what = f"settle effect {key}"
+        if defer:
+            if fenced:
+                self._settles.append((Sql.settle_effect_fenced, (*args, run_id, epoch)))
+            else:
+                self._settles.append((Sql.settle_effect, args))
+            return
         async with self._use(what) as conn:
             if fenced:
                 status = await conn.execute(Sql.settle_effect_fenced, *args, run_id, epoch)

@@ -9,29 +9,20 @@ statements in one transaction, and two commits are made durable
 dispatch, which must be on disk before the effect leaves the process, and the
 end of a run.
 
-Writes that belong to a run are fenced by the run's epoch: a write from an owner
-whose epoch is stale, or an effect dispatch after the run ended, raises
-:class:`~proctor.FencedError` and writes nothing.
+Writes that belong to a run are fenced by the run's epoch: a write from a stale
+owner, or a dispatch after the run ended, raises :class:`~proctor.FencedError`.
 
-Runs may also be queued and claimed under a lease (:meth:`Journal.submit_run`,
-:meth:`Journal.claim_run`): each claim gives the run a new epoch, so the owner
-that lost the lease is fenced out. Lease times are read from the database's own
-clock, here SQLite's ``julianday('now')``.
+Runs may be queued and claimed under a lease (:meth:`Journal.submit_run`,
+:meth:`Journal.claim_run`): each claim gives the run a new epoch, which fences
+out the owner that lost it. Lease times are SQLite's ``julianday('now')``.
 
-All SQL lives in ``sqlite_sql.Sql`` and :data:`SQLITE_MIGRATIONS`; the PostgreSQL backend
-(:mod:`proctor.runtime._journal.postgres`) implements the same :class:`JournalLike`
-interface with its own SQL, and :func:`open_journal` picks the backend from the
-target. ``sqlite3`` errors never leave this module: they become
-:class:`~proctor.JournalError` naming the journal's path, chained to the original.
+All SQL lives in ``sqlite_sql.Sql`` and :data:`SQLITE_MIGRATIONS`; the PostgreSQL
+backend implements the same :class:`JournalLike` with its own SQL, and
+:func:`open_journal` picks the backend from the target. ``sqlite3`` errors
+become :class:`~proctor.JournalError` naming the path, chained to the original.
 
-A test hook simulates a host that dies at a journal boundary. Every write
-method passes a boundary immediately before and immediately after its commit
-(``put_task:before``, ``put_task:after``, ``record_dispatch:before``, ...).
-When the environment variable ``PROCTOR_CRASH_AT`` holds an integer n at import,
-the n-th boundary this process passes appends its label to the file named by
-``PROCTOR_CRASH_LOG`` (when set) and kills the process with SIGKILL. The
-variables are read once, at import; unset, a boundary costs a None check.
-Nothing but tests sets them.
+A test hook simulates a host that dies at a journal boundary: every write
+passes one before and after its commit (see :mod:`~proctor.runtime._journal.crash`).
 """
 
 from __future__ import annotations
@@ -108,9 +99,11 @@ from proctor.runtime._journal.schema import (
     SQLITE_MIGRATIONS,
 )
 from proctor.runtime._journal.sqlite_io import (
+    Settle,
     StepWrite,
     apply_migration,
     check_journal_path,
+    duplicate_step,
     in_thread,
     is_duplicate,
     nothing,
@@ -151,6 +144,8 @@ class Journal:
     _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True), init=False)
     # Spend rows (one per dimension) written with the journal's next operation.
     _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
+    # Effect settlements written with the journal's next operation (the step).
+    _settles: list[Settle] = attrs.field(factory=list, init=False)
     # Steps waiting for the lock, written together by the first to get it.
     _steps: list[StepWrite] = attrs.field(factory=list, init=False)
 
@@ -238,7 +233,7 @@ class Journal:
             return
         with anyio.move_on_after(CLOSE_LIMIT, shield=True) as scope:
             async with self._lock:
-                if self._deferred:
+                if self._deferred or self._settles:
                     try:
                         await self._write(db, nothing)
                     except sqlite3.Error as exc:
@@ -277,7 +272,7 @@ class Journal:
         async with self._lock:
             db = self._connected(what)
             with self._errors(what):
-                if self._deferred:
+                if self._deferred or self._settles:
                     await self._write(db, nothing)
                 yield db
 
@@ -298,12 +293,15 @@ class Journal:
         ``synchronous=FULL``.
         """
         rows, self._deferred = self._deferred, []
+        settles, self._settles = self._settles, []
         level = None if not durable or self._synchronous in DURABLE else self._synchronous
+        write = functools.partial(write_with_spend, rows, settles, body, level)
         try:
             with anyio.CancelScope(shield=True):
-                result = await in_thread(db, functools.partial(write_with_spend, rows, body, level))
+                result = await in_thread(db, write)
         except Exception:
             self._deferred[:0] = rows
+            self._settles[:0] = settles
             raise
         return result
 
@@ -779,7 +777,9 @@ class Journal:
             crash_point("append_step:after")
             return mine.newest
         if mine.duplicate is not None:
-            raise self._duplicate_step(run_id, what, mine.duplicate) from mine.duplicate
+            raise duplicate_step(
+                self._path, f"{what} of run {run_id}", mine.duplicate
+            ) from mine.duplicate
         raise self._refused(run_id, epoch, mine.fence, what)
 
     async def append_steps(
@@ -809,14 +809,7 @@ class Journal:
                     await db.executemany(Sql.put_blob, [b for p in params for b in p["blobs"]])
                 crash_point("append_steps:after")
             except sqlite3.IntegrityError as exc:
-                raise self._duplicate_step(run_id, what, exc) from exc
-
-    def _duplicate_step(self, run_id: str, what: str, exc: sqlite3.IntegrityError) -> JournalError:
-        if is_duplicate(exc):
-            why = "that step number is already journaled"
-        else:
-            why = str(exc)
-        return JournalError(f"journal {self._path}: could not {what} of run {run_id}: {why}")
+                raise duplicate_step(self._path, f"{what} of run {run_id}", exc) from exc
 
     async def steps(self, run_id: str, *, after: int = 0) -> list[dict[str, Any]]:
         """
@@ -922,9 +915,14 @@ class Journal:
         *,
         run_id: str | None = None,
         epoch: int | None = None,
+        defer: bool = False,
     ) -> None:
         """
         Set an effect's state and outcome.
+
+        With ``defer``, it is written in the transaction of the journal's next
+        operation (the step), and a refusal by its fence raises nothing (see
+        ``JournalLike.settle_effect``).
 
         Args:
             key: the effect's idempotency key.
@@ -951,6 +949,9 @@ class Journal:
         }
         what = f"settle effect {key}"
         sql = Sql.settle_effect_fenced if fenced else Sql.settle_effect
+        if defer:
+            self._settles.append(Settle(sql, params))
+            return
         async with self._use(what) as db:
             crash_point("settle_effect:before")
             cursor = await db.execute(sql, params)

@@ -26,12 +26,14 @@ from proctor.runtime._journal.schema import SCHEMA_VERSION, SqliteMigration
 from proctor.runtime._journal.sqlite_sql import Sql
 
 __all__ = (
+    "Settle",
     "apply_migration",
     "schema_version",
     "sqlite_errors",
     "transaction",
     "StepWrite",
     "check_journal_path",
+    "duplicate_step",
     "in_thread",
     "is_duplicate",
     "nothing",
@@ -62,16 +64,25 @@ class StepWrite:
         self.written, self.newest, self.duplicate, self.fence = None, 0, None, None
 
 
+@attrs.frozen
+class Settle:
+    """An effect's settlement waiting for the journal's next transaction."""
+
+    sql: str
+    params: dict[str, Any]
+
+
 def write_with_spend(
     rows: Sequence[tuple[Any, ...]],
+    settles: Sequence[Settle],
     body: Callable[[sqlite3.Connection], _T],
     level: str | None,
     conn: sqlite3.Connection,
 ) -> _T:
     """
-    One write transaction in the connection's thread: the deferred spend ``rows``,
-    then ``body``; committed with ``synchronous=FULL`` when ``level`` (the level to
-    go back to) is given.
+    One write transaction in the connection's thread: the deferred spend ``rows``
+    and effect ``settles``, then ``body``; committed with ``synchronous=FULL`` when
+    ``level`` (the level to go back to) is given.
     """
     if level is not None:
         conn.execute(Sql.synchronous("FULL"))
@@ -81,6 +92,9 @@ def write_with_spend(
             if rows:
                 crash_point("add_spend:before")
                 conn.executemany(Sql.add_spend, rows)
+            for settle in settles:
+                crash_point("settle_effect:before")
+                conn.execute(settle.sql, settle.params)
             result = body(conn)
             conn.commit()
         except BaseException:
@@ -88,6 +102,8 @@ def write_with_spend(
             raise
         if rows:
             crash_point("add_spend:after")
+        for _ in settles:
+            crash_point("settle_effect:after")
         return result
     finally:
         if level is not None:
@@ -169,6 +185,12 @@ def statements(script: str) -> Iterator[str]:
 def is_duplicate(exc: sqlite3.IntegrityError) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     return code in (sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE)
+
+
+def duplicate_step(path: str, what: str, exc: sqlite3.IntegrityError) -> JournalError:
+    """Say why a step (``what``: ``append step 3 of run R``) could not be written."""
+    why = "that step number is already journaled" if is_duplicate(exc) else str(exc)
+    return JournalError(f"journal {path}: could not {what}: {why}")
 
 
 def prefix_query(prefix: str) -> tuple[str, dict[str, str]]:
