@@ -11,7 +11,9 @@ steps against a bare spawn, bytes per step, and the loop against a bare transact
   (``touch``, each on a target of its own); the median time between two steps'
   trace records.
 - ``command_step_ms()``: a run of ``run_command true`` steps in an empty
-  workspace (sandboxed as every command is); ``bare_step_ms()`` the floor it is
+  workspace, sandboxed as every command is, and with the sandbox off (what the
+  journal and the controller add, without bubblewrap's start-up);
+  ``bare_step_ms()`` the floor it is
   held to: ``sh -c true`` spawned with asyncio, then one durable (FULL) commit
   of a row through aiosqlite.
 - ``bytes_per_step(kind)``: a run of ``command``, ``read`` or ``write`` steps
@@ -54,6 +56,7 @@ from proctor.runtime import (
     ToolSpec,
     ToolStatus,
 )
+from proctor.runtime._tools.sandbox import SandboxSettings
 
 __all__ = (
     "BYTES_STEPS",
@@ -99,10 +102,14 @@ def _registry() -> ToolRegistry:
     return registry
 
 
-def _task(workspace: Path) -> Task:
+def _task(workspace: Path, *, sandboxed: bool = True) -> Task:
     # No stall detection: every step is new work anyway; a long run must not stop.
     return Task(
-        goal="touch things", workspace=workspace, kind="answer", policy=Policy(stall_threshold=0)
+        goal="touch things",
+        workspace=workspace,
+        kind="answer",
+        policy=Policy(stall_threshold=0),
+        sandbox=SandboxSettings() if sandboxed else SandboxSettings.from_mapping({"mode": "off"}),
     )
 
 
@@ -205,13 +212,13 @@ def effect_step_ms(history: int) -> float:
         return anyio.run(_effect_steps, Path(tmp), history, backend="asyncio")
 
 
-async def _command_steps(root: Path, steps: int) -> float:
+async def _command_steps(root: Path, steps: int, sandboxed: bool) -> float:
     workspace = root / "w"
     workspace.mkdir()
     stamps: list[float] = []
     calls = [ToolCall("run_command", {"cmd": f"true {i}"}) for i in range(steps)]
     await run(
-        _task(workspace),
+        _task(workspace, sandboxed=sandboxed),
         _actor(calls),
         root / "j.db",
         on_step=lambda record: stamps.append(time.perf_counter()),
@@ -220,10 +227,13 @@ async def _command_steps(root: Path, steps: int) -> float:
     return statistics.median(gaps) * 1e3
 
 
-def command_step_ms(steps: int = 50) -> float:
-    """The median milliseconds of a ``run_command true`` step in an empty workspace."""
+def command_step_ms(steps: int = 50, *, sandboxed: bool = True) -> float:
+    """
+    The median milliseconds of a ``run_command true`` step in an empty workspace,
+    in the sandbox (bubblewrap) or, with ``sandboxed=False``, with it off.
+    """
     with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
-        return anyio.run(_command_steps, Path(tmp), steps, backend="asyncio")
+        return anyio.run(_command_steps, Path(tmp), steps, sandboxed, backend="asyncio")
 
 
 async def _bare_steps(root: Path, steps: int) -> float:
@@ -397,7 +407,9 @@ def main() -> None:
     for history in HISTORIES:
         print(f"effectful step at {history:>7,} effects: {effect_step_ms(history):.2f} ms")
         print(f"resume at {history:>7,} effects: {resume_seconds(history):.3f} s")
-    print(f"command step: {command_step_ms():.2f} ms; bare spawn + commit {bare_step_ms():.2f} ms")
+    print(f"command step: {command_step_ms():.2f} ms sandboxed")
+    print(f"command step: {command_step_ms(sandboxed=False):.2f} ms with the sandbox off")
+    print(f"bare spawn + durable commit: {bare_step_ms():.2f} ms")
     for kind in KINDS:
         print(f"{kind:>8} step: {bytes_per_step(kind):,.0f} bytes for {PAYLOAD:,} recorded")
     print(f"bare transaction floor: {floor_step_us():.0f} µs")

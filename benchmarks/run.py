@@ -764,9 +764,10 @@ def _journal(p: Params) -> list[Figure]:
                 goal=("<=", 1.1),
             )
         )
-    command, bare = [], []
+    command, plain, bare = [], [], []
     for _ in range(p.reps):
         command.append(bj.command_step_ms())
+        plain.append(bj.command_step_ms(sandboxed=False))
         bare.append(bj.bare_step_ms())
     figures += [
         Figure(
@@ -782,6 +783,20 @@ def _journal(p: Params) -> list[Figure]:
             "ms",
             tuple(bare),
             note="asyncio subprocess, aiosqlite, synchronous=FULL",
+        ),
+        Figure(
+            "journal.command_step_off",
+            "Command step (run_command true), empty workspace, sandbox off",
+            "ms",
+            tuple(plain),
+            note="the same steps without bubblewrap: what the runtime adds",
+        ),
+        Figure(
+            "journal.command_off_ratio",
+            "Command step, sandbox off / bare spawn + durable commit",
+            "x",
+            tuple(c / b for c, b in zip(plain, bare, strict=True)),
+            goal=("<=", 1.5),
         ),
         Figure(
             "journal.command_ratio",
