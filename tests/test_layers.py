@@ -38,7 +38,10 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # The candidate (tree digests, path matching, freezing) sits below the tools,
     # whose fences match paths with it; the rest of the verifiers run commands
     # through the tools' sandbox.
-    "candidate": (("proctor.verifiers._candidate", "proctor.verifiers._watch"), ("base",)),
+    "candidate": (
+        ("proctor.verifiers._candidate", "proctor.verifiers._index", "proctor.verifiers._watch"),
+        ("base",),
+    ),
     "verifiers": (("proctor.verifiers._",), ("base", "wire", "tools", "candidate")),
     "progress": (
         ("proctor.runtime._progress",),

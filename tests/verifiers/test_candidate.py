@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -264,6 +265,45 @@ def test_recently_modified_files_are_read_again(tmp_path: Path) -> None:
     hasher.digest()
     # old.py's ctime is recent too, so neither is trusted from the cache yet.
     assert hasher.statistics().hashed == 2
+
+
+def test_a_racily_clean_file_is_read_once_more_then_trusted(tmp_path: Path) -> None:
+    # As git's index: a file changed just before it was read is read again at the
+    # first digest after the window, and from then on its stat signature is trusted.
+    write(tmp_path, {"fresh.py": b"x\n"})
+    hasher = TreeHasher(tmp_path, racy_window=2.0)
+    now = time.time_ns()
+    hasher._clock = lambda: now
+    hasher.digest()
+    hasher.digest()
+    assert hasher.statistics().hashed == 1  # still within the window: not trusted
+    now += 3_000_000_000
+    hasher.digest()
+    assert hasher.statistics().hashed == 1  # the one more read, after the window
+    hasher.digest()
+    hasher.digest()
+    assert hasher.statistics().hashed == 0  # trusted from then on
+
+
+def test_a_rewrite_within_the_window_is_seen(tmp_path: Path) -> None:
+    # Same size, same mtime, same tick: only the re-read after the window can tell.
+    write(tmp_path, {"a.py": b"one\n"})
+    hasher = TreeHasher(tmp_path, racy_window=2.0)
+    now = time.time_ns()
+    hasher._clock = lambda: now
+    first = hasher.digest()
+    st_before = (tmp_path / "a.py").stat()
+    rewrite(tmp_path / "a.py", b"two\n", st_before.st_mtime_ns)
+    now += 3_000_000_000
+    assert hasher.digest() != first
+    assert hasher.digest() == tree_digest(tmp_path)
+
+
+def test_the_default_window_follows_the_file_system(tmp_path: Path) -> None:
+    hasher = TreeHasher(tmp_path)
+    hasher.digest()
+    assert hasher._window in (100_000_000, 2_000_000_000)
+    assert TreeHasher(tmp_path, racy_window=0)._window_ns() == 0
 
 
 def test_invalidate_forces_a_new_read(tmp_path: Path) -> None:

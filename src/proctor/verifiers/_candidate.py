@@ -23,18 +23,34 @@ import errno
 import functools
 import hashlib
 import os
+import re
 import shutil
 import stat
+import struct
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from fnmatch import fnmatchcase
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from fnmatch import fnmatchcase, translate
 from pathlib import Path
 from typing import Final
 
 import attrs
 
 from proctor._errors import CandidateTooLarge, ConfigError
+from proctor.verifiers._index import (
+    DIR,
+    EMPTY_DIR,
+    FILE,
+    RECORD,
+    ZERO8,
+    ZERO32,
+    Manifest,
+    Node,
+    diff,
+    node_digest,
+    pack,
+    unpack,
+)
 from proctor.verifiers._watch import TreeWatcher, open_watcher
 
 __all__ = (
@@ -43,6 +59,7 @@ __all__ = (
     "TreeHasher",
     "TreeStatistics",
     "changed_paths",
+    "fingerprint",
     "freeze",
     "matches",
     "tree_digest",
@@ -84,10 +101,12 @@ class _Matcher:
 
     component: tuple[str, ...]
     anchored: tuple[tuple[str, ...], ...]
+    # The component patterns as one regular expression: one match per name, not one per pattern.
+    regex: re.Pattern[str] | None = attrs.field(default=None, eq=False)
 
     def matches_self(self, rel: str, name: str) -> bool:
         """Match the path itself, not its ancestors (they are checked on the way down)."""
-        if any(fnmatchcase(name, pattern) for pattern in self.component):
+        if self.regex is not None and self.regex.match(name):
             return True
         if not self.anchored:
             return False
@@ -136,7 +155,8 @@ def _compile(patterns: tuple[str, ...]) -> _Matcher:
             anchored.append(tuple(part for part in pattern.split("/") if part not in ("", ".")))
         else:
             component.append(pattern)
-    return _Matcher(tuple(component), tuple(anchored))
+    regex = re.compile("|".join(translate(p) for p in component)) if component else None
+    return _Matcher(tuple(component), tuple(anchored), regex)
 
 
 def matches(path: str, patterns: Sequence[str]) -> bool:
@@ -212,13 +232,30 @@ def _walk(
         stack.extend(reversed(subdirectories))
 
 
-def _entry_digest(kind: bytes, content_digest: str) -> str:
-    return hashlib.blake2b(kind + b"\0" + content_digest.encode(), digest_size=16).hexdigest()
+def _entry_digest(kind: bytes, content_digest: str) -> bytes:
+    return hashlib.blake2b(kind + b"\0" + content_digest.encode(), digest_size=16).digest()
 
 
-def _content_digest(path: str) -> str:
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, _new_hash).hexdigest()
+def _content_digest(path: str, size: int) -> str:
+    try:
+        # Never a FIFO's wait, never a link followed: the file was replaced since its stat.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileNotFoundError(exc.errno, exc.strerror, path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileNotFoundError(errno.ENOENT, "replaced by a special file", path)
+        digest = _new_hash()
+        # One read for a small file (no buffer of a mebibyte allocated for it).
+        want = size + 1 if size < _CHUNK else _CHUNK
+        while chunk := os.read(fd, want):
+            digest.update(chunk)
+            want = _CHUNK
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
 
 
 def _node_digest(children: dict[str, str]) -> str:
@@ -269,12 +306,50 @@ def _as_patterns(patterns: Iterable[str]) -> tuple[str, ...]:
     return (patterns,) if isinstance(patterns, str) else tuple(patterns)
 
 
-_StatKey = tuple[int, int, int, int, int]
+# Keys the stat fingerprints: a file whose fingerprint collides with another stat
+# signature's cannot be made on purpose without it. One per process, so the
+# manifests a freeze makes are understood by any hasher of the process.
+_FP_KEY: Final = os.urandom(16)
+_STAT: Final = struct.Struct("<6q")
 
 
-def _stat_key(st: os.stat_result) -> _StatKey:
+def fingerprint(st: os.stat_result) -> bytes:
+    """The 8-byte stat fingerprint of a file: size, mtime, inode, device, ctime and mode."""
     # ctime is kept too: rewriting a file and restoring its mtime still moves ctime.
-    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns)
+    packed = _STAT.pack(
+        st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns, st.st_mode
+    )
+    found = hashlib.blake2b(packed, digest_size=8, key=_FP_KEY).digest()
+    return found if found != ZERO8 else b"\1" + found[1:]
+
+
+_COARSE_FILE_SYSTEMS: Final = frozenset(
+    {"vfat", "msdos", "exfat", "fat", "ntfs", "ntfs3", "fuseblk", "smb3", "cifs", "nfs", "nfs4"}
+)
+
+
+def _timestamp_window(root: str) -> float:
+    """
+    The racy window for the file system ``root`` is on: two seconds where its
+    timestamps are coarse or come from another clock (FAT, network file systems),
+    otherwise a tenth of a second (the kernel stamps files from a clock that ticks
+    every few milliseconds).
+    """
+    try:
+        real = os.path.realpath(root)
+        best, kind = "", ""
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return 2.0
+    return 2.0 if not kind or kind in _COARSE_FILE_SYSTEMS or kind.startswith("fuse") else 0.1
 
 
 @attrs.define(eq=False)
@@ -282,9 +357,10 @@ class TreeHasher:
     """
     Compute a workspace's tree digest, incrementally.
 
-    The hasher keeps the Merkle tree of the last computation: each file's entry
-    digest and each directory's node digest. A change re-hashes the changed
-    files and the directories on their paths to the root, nothing else.
+    The hasher keeps the Merkle tree of the last computation as a compact index
+    (:mod:`proctor.verifiers._index`: packed bytes per directory, no Python object
+    per file). A change re-hashes the changed files and the directories on their
+    paths to the root, nothing else.
 
     Where changes come from: with ``watch`` (Linux), the kernel reports every
     changed path (inotify, see :mod:`proctor.verifiers._watch`), so a digest after
@@ -293,11 +369,13 @@ class TreeHasher:
     whenever the kernel cannot tell (an overflowed queue, a renamed directory),
     or when the caller asks for ``full``, the tree is walked: every file is
     stat'ed and read again only when its stat signature (size, mtime, inode,
-    device, ctime) changed. On a walk, a file changed within the last
-    ``racy_window`` seconds is read again every time until it is older than
-    that: two writes within one timestamp tick can leave every stat field
-    unchanged (the "racily clean" problem). A watched file is read again at every
-    event that names it, so the window does not apply.
+    device, ctime, mode) changed.
+
+    The racily clean file, as git's index handles it: two writes within one
+    timestamp tick can leave every stat field unchanged, so a signature is only
+    trusted once the file was read at a moment later than its timestamps plus
+    ``racy_window``. A file changed just before it was read is read once more at
+    the next digest that comes after the window, then trusted.
 
     Symlinks are hashed by their target text and never followed; other special
     files (FIFOs, sockets, devices) are skipped. A regular file that cannot be read
@@ -307,27 +385,29 @@ class TreeHasher:
         root: the workspace directory.
         ignore: glob patterns of paths that are not part of the candidate, with the
             semantics of :func:`matches`.
-        racy_window: seconds during which a changed file's cached digest is not
-            trusted on a walk. The default covers the coarsest common timestamp
-            granularity (two seconds, FAT); 0 trusts the stat signature at once.
+        racy_window: seconds within which a file's timestamps make its stat
+            signature untrusted. None (the default): from the file system, two
+            seconds where timestamps are coarse or come from another clock (FAT,
+            network file systems), a tenth of a second elsewhere; 0 trusts a
+            signature at once.
         watch: learn changes from the kernel where it can tell them; call
             :meth:`close` when done.
     """
 
     root: Path = attrs.field(converter=Path)
     ignore: tuple[str, ...] = attrs.field(default=DEFAULT_IGNORE, converter=_as_patterns)
-    racy_window: float = 2.0
+    racy_window: float | None = None
     watch: bool = False
-    _cache: dict[str, tuple[_StatKey, str]] = attrs.field(init=False, factory=dict)
-    _files: dict[str, str] = attrs.field(init=False, factory=dict)
-    # The tree: per directory with files beneath it, its entries' digests by name;
-    # per directory walked (with files or not), the names of its subdirectories.
-    _children: dict[str, dict[str, str]] = attrs.field(init=False, factory=dict)
-    _subdirs: dict[str, set[str]] = attrs.field(init=False, factory=dict)
+    # The tree: every directory walked, by relative path, as a packed node.
+    _nodes: dict[str, Node] = attrs.field(init=False, factory=dict)
+    _count: int = attrs.field(init=False, default=0)
     _digest: str | None = attrs.field(init=False, default=None)
     _watcher: TreeWatcher | None = attrs.field(init=False, default=None)
     _pending: set[str] = attrs.field(init=False, factory=set)
     _statistics: TreeStatistics = attrs.field(init=False, factory=TreeStatistics)
+    _window: int | None = attrs.field(init=False, default=None)
+    # The wall clock, in nanoseconds (tests move it).
+    _clock: Callable[[], int] = attrs.field(init=False, default=time.time_ns)
 
     def digest(self, *, full: bool = False) -> str:
         """
@@ -350,207 +430,295 @@ class TreeHasher:
                 return self._update(changed, matcher)
         return self._walk_all(matcher)
 
+    def _window_ns(self) -> int:
+        if self._window is None:
+            window = self.racy_window
+            if window is None:
+                window = _timestamp_window(os.fspath(self.root))
+            self._window = int(window * 1e9)
+        return self._window
+
     def _walk_all(self, matcher: _Matcher) -> str:
         watcher = self._watcher
         if self.watch:
             if watcher is None:
                 watcher = self._watcher = open_watcher(os.fspath(self.root))
-            else:
+            elif watcher.drain() is None:
+                # Lost track: watch afresh. Otherwise the watches stay (dropping thousands
+                # of them costs the kernel seconds) and what they reported is walked anyway.
                 watcher.reset()
-        files: dict[str, str] = {}
-        cache: dict[str, tuple[_StatKey, str]] = {}
-        subdirs: dict[str, set[str]] = {"": set()}
-        hashed = bytes_hashed = 0
-        trusted_before = time.time_ns() - int(self.racy_window * 1e9)
-        entering = watcher.watch if watcher is not None else None
-        for rel, entry in _walk(self.root, matcher, entering=entering):
-            if entry.is_dir(follow_symlinks=False):
-                subdirs[rel] = set()
-                subdirs[_parent(rel)[0]].add(_parent(rel)[1])
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-                cached = self._cache.get(rel)
-                digest, read = self._entry(entry.path, st, cached)
-            except (FileNotFoundError, NotADirectoryError):
-                # Removed or replaced between listing and reading: the next digest sees it.
-                continue
-            if digest is None:
-                continue
-            if read:
-                hashed += 1
-                bytes_hashed += st.st_size
-            if stat.S_ISREG(st.st_mode) and max(st.st_mtime_ns, st.st_ctime_ns) < trusted_before:
-                cache[rel] = (_stat_key(st), digest[1])
-            files[rel] = digest[0]
-        self._cache = cache
-        self._files = files
-        self._subdirs = subdirs
+        old = self._nodes
+        self._nodes = {}
+        try:
+            root, hashed, bytes_hashed = self._scan("", old, matcher)
+        except BaseException:
+            self._digest = None
+            raise
         self._pending.clear()
-        self._children = {}
-        for rel, entry_digest in files.items():
-            head, name = _parent(rel)
-            self._children.setdefault(head, {})[name] = entry_digest
-        self._digest = self._rehash(set(self._children))
-        self._statistics = TreeStatistics(len(files), hashed, bytes_hashed)
+        self._digest = root.hex()
+        self._statistics = TreeStatistics(self._count, hashed, bytes_hashed)
         return self._digest
 
-    @staticmethod
-    def _entry(
-        path: str, st: os.stat_result, cached: tuple[_StatKey, str] | None
-    ) -> tuple[tuple[str, str] | None, bool]:
+    def _scan(
+        self, start: str, old: Mapping[str, Node], matcher: _Matcher
+    ) -> tuple[bytes, int, int]:
         """
-        Return ``((entry digest, content digest), whether the content was read)``.
+        Walk the directory ``start`` and everything beneath it into the index.
 
-        The entry is None for what is not part of a candidate (special files).
+        A file whose record in ``old`` has its stat fingerprint is not read again.
+        Returns the directory's node digest (zero when nothing beneath it counts,
+        unless it is the root), and how many files and bytes were read.
+        """
+        # Kept whole: the walk, the reuse of known records and the bottom-up node
+        # digests share the pending directories; split, each part would pass them all.
+        if not start:
+            self._count = 0
+        top = os.fspath(self.root)
+        count = 0
+        watcher = self._watcher
+        now = self._clock()
+        trusted_before = now - self._window_ns()
+        hashed = bytes_hashed = 0
+        # Parents are listed before their children, so in reverse the children come first.
+        listed: list[tuple[str, bytes, bytearray, list[tuple[int, str]]]] = []
+        stack = [start]
+        while stack:
+            rel = stack.pop()
+            if watcher is not None:
+                watcher.watch(rel)
+            try:
+                with os.scandir(os.path.join(top, rel) if rel else top) as it:
+                    entries = sorted(it, key=lambda entry: entry.name)
+            except (FileNotFoundError, NotADirectoryError):
+                if not rel:
+                    raise
+                # Removed while walking: an empty directory, until the next look.
+                listed.append((rel, b"", bytearray(), []))
+                continue
+            known = old.get(rel)
+            before = unpack(known) if known is not None else {}
+            names: list[str] = []
+            records = bytearray()
+            subdirectories: list[tuple[int, str]] = []
+            for entry in entries:
+                name = entry.name
+                child = f"{rel}/{name}" if rel else name
+                if matcher.matches_self(child, name):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    subdirectories.append((len(names), child))
+                    names.append(name)
+                    records += EMPTY_DIR
+                    stack.append(child)
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                    record, read = self._record(entry.path, st, before.get(name), trusted_before)
+                except (FileNotFoundError, NotADirectoryError):
+                    # Removed or replaced between listing and reading: the next digest sees it.
+                    continue
+                if record is None:
+                    continue
+                if read:
+                    hashed += 1
+                    bytes_hashed += st.st_size
+                names.append(name)
+                records += record
+                count += 1
+            encoded = "\0".join(names).encode("utf-8", "surrogateescape")
+            listed.append((rel, encoded, records, subdirectories))
+        digests: dict[str, bytes] = {}
+        for rel, encoded, records, subdirectories in reversed(listed):
+            for index, child in subdirectories:
+                at = index * RECORD + 1
+                records[at : at + 32] = digests.pop(child, ZERO32)
+            node = (encoded, bytes(records))
+            known = old.get(rel)
+            if known == node:
+                # The same object: a manifest taken earlier shares it, not a copy of it.
+                node = known
+            self._nodes[rel] = node
+            digest, content = node_digest(node)
+            digests[rel] = digest if content or not rel else ZERO32
+        self._count += count
+        return digests[start], hashed, bytes_hashed
+
+    @staticmethod
+    def _record(
+        path: str, st: os.stat_result, known: bytes | None, trusted_before: int
+    ) -> tuple[bytes | None, bool]:
+        """
+        Return a file's record, and whether its content was read.
+
+        The record is None for what is not part of a candidate (special files).
+        ``known`` is the file's record from an earlier look: reused when its stat
+        fingerprint is this one.
         """
         if stat.S_ISLNK(st.st_mode):
             target = os.fsencode(os.readlink(path))
             content = hashlib.blake2b(target, digest_size=_DIGEST_SIZE).hexdigest()
-            return (_entry_digest(b"l", content), content), False
+            return b"f" + _entry_digest(b"l", content) + ZERO8 + ZERO8, False
         if not stat.S_ISREG(st.st_mode):
             return None, False
-        read = False
-        if cached is not None and cached[0] == _stat_key(st):
-            content = cached[1]
-        else:
-            try:
-                content = _content_digest(path)
-            except PermissionError:
-                content = f"unreadable:{st.st_size}:{st.st_mtime_ns}"
-            read = True
+        mark = fingerprint(st)
+        if known is not None and known[0] == FILE and known[17:25] == mark:
+            return known, False
+        try:
+            content = _content_digest(path, st.st_size)
+        except PermissionError:
+            content = f"unreadable:{st.st_size}:{st.st_mtime_ns}"
         kind = b"x" if st.st_mode & stat.S_IXUSR else b"f"
-        return (_entry_digest(kind, content), content), read
+        # Racily clean: a write in the same tick as the read would leave the same signature.
+        trusted = max(st.st_mtime_ns, st.st_ctime_ns) < trusted_before
+        return b"f" + _entry_digest(kind, content) + (mark if trusted else ZERO8) + ZERO8, True
 
     def _update(self, changed: dict[str, bool], matcher: _Matcher) -> str:
         """Apply the changed paths the kernel reported to the tree; return the new digest."""
         self._pending.clear()
         if not changed:
-            self._statistics = TreeStatistics(len(self._files), 0, 0)
+            self._statistics = TreeStatistics(self._count, 0, 0)
             assert self._digest is not None
             return self._digest
+        edits: dict[str, dict[str, bytes]] = {}
         dirty: set[str] = set()
         hashed = bytes_hashed = 0
+        trusted_before = self._clock() - self._window_ns()
         # Parents first: a new directory is walked whole, so its own reported
         # entries are then already known.
         for rel in sorted(changed, key=_depth):
             head, name = _parent(rel)
-            if head not in self._subdirs or matcher.matches_self(rel, name):
+            parent = self._edit(head, edits)
+            if parent is None or matcher.matches_self(rel, name):
                 continue
             path = os.path.join(self.root, rel)
+            was = parent.get(name)
             try:
                 st = os.lstat(path)
             except (FileNotFoundError, NotADirectoryError):
-                self._remove(rel, dirty)
+                self._drop(head, name, edits, dirty)
                 continue
             if stat.S_ISDIR(st.st_mode):
-                if rel in self._subdirs and not changed[rel]:
+                if was is not None and was[0] == DIR and rel in self._nodes and not changed[rel]:
                     continue
-                self._remove(rel, dirty)
-                h, b = self._add_directory(rel, matcher, dirty)
+                self._drop(head, name, edits, dirty)
+                node, h, b = self._scan(rel, {}, matcher)
                 hashed += h
                 bytes_hashed += b
+                parent[name] = b"d" + node
+                dirty.add(head)
                 continue
-            if rel in self._subdirs:
-                self._remove(rel, dirty)
+            if was is not None and was[0] == DIR:
+                self._drop(head, name, edits, dirty)
             try:
                 # The kernel named it: read it again whatever its stat signature.
-                digest, read = self._entry(path, st, None)
+                record, read = self._record(path, st, None, trusted_before)
             except (FileNotFoundError, NotADirectoryError):
-                self._remove(rel, dirty)
-                continue
-            if digest is None:
-                self._remove(rel, dirty)
+                record, read = None, False
+            if record is None:
+                self._drop(head, name, edits, dirty)
                 continue
             hashed += read
             bytes_hashed += st.st_size if read else 0
-            self._cache.pop(rel, None)
-            if self._files.get(rel) != digest[0]:
-                self._files[rel] = digest[0]
-                self._children.setdefault(head, {})[name] = digest[0]
+            if parent.get(name) is None:
+                self._count += 1
+            if parent.get(name, b"")[:17] != record[:17]:
                 dirty.add(head)
-        self._digest = self._rehash(dirty)
-        self._statistics = TreeStatistics(len(self._files), hashed, bytes_hashed)
+            # The fingerprint may have changed alone: every edited node is written back.
+            parent[name] = record
+        self._digest = self._rehash(edits, dirty)
+        self._statistics = TreeStatistics(self._count, hashed, bytes_hashed)
         return self._digest
 
-    def _add_directory(self, rel: str, matcher: _Matcher, dirty: set[str]) -> tuple[int, int]:
-        """Walk a directory that appeared, watching it and its subdirectories."""
-        head, name = _parent(rel)
-        self._subdirs[head].add(name)
-        self._subdirs[rel] = set()
-        watcher = self._watcher
-        entering = watcher.watch if watcher is not None else None
-        hashed = bytes_hashed = 0
-        for sub, entry in _walk(self.root, matcher, start=rel, entering=entering):
-            sub_head, sub_name = _parent(sub)
-            if entry.is_dir(follow_symlinks=False):
-                self._subdirs[sub_head].add(sub_name)
-                self._subdirs.setdefault(sub, set())
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-                digest, read = self._entry(entry.path, st, None)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if digest is None:
-                continue
-            hashed += read
-            bytes_hashed += st.st_size if read else 0
-            self._files[sub] = digest[0]
-            self._children.setdefault(sub_head, {})[sub_name] = digest[0]
-            dirty.add(sub_head)
-        return hashed, bytes_hashed
+    def _edit(self, rel: str, edits: dict[str, dict[str, bytes]]) -> dict[str, bytes] | None:
+        """The editable entries of directory ``rel`` (None: not in the tree)."""
+        found = edits.get(rel)
+        if found is None:
+            node = self._nodes.get(rel)
+            if node is None:
+                return None
+            found = edits[rel] = unpack(node)
+        return found
 
-    def _remove(self, rel: str, dirty: set[str]) -> None:
-        """Forget a path, and everything beneath it when it was a directory."""
-        head, name = _parent(rel)
-        if rel in self._files:
-            del self._files[rel]
-            self._cache.pop(rel, None)
-            self._children.get(head, {}).pop(name, None)
-            dirty.add(head)
-        if rel not in self._subdirs:
+    def _drop(
+        self, head: str, name: str, edits: dict[str, dict[str, bytes]], dirty: set[str]
+    ) -> None:
+        """Forget an entry of ``head``, and everything beneath it when it was a directory."""
+        parent = self._edit(head, edits)
+        record = parent.pop(name, None) if parent is not None else None
+        if record is None:
             return
-        for sub in list(self._subdirs[rel]):
-            self._remove(f"{rel}/{sub}", dirty)
-        for child in list(self._children.get(rel, {})):
-            self._remove(f"{rel}/{child}", dirty)
-        del self._subdirs[rel]
-        self._subdirs[head].discard(name)
-        self._children.pop(rel, None)
-        if self._children.get(head, {}).pop(name, None) is not None:
-            dirty.add(head)
-        dirty.discard(rel)
+        dirty.add(head)
+        if record[0] == FILE:
+            self._count -= 1
+            return
+        stack = [f"{head}/{name}" if head else name]
+        while stack:
+            rel = stack.pop()
+            edits.pop(rel, None)
+            dirty.discard(rel)
+            node = self._nodes.pop(rel, None)
+            if node is None:
+                continue
+            for sub, sub_record in unpack(node).items():
+                if sub_record[0] == FILE:
+                    self._count -= 1
+                else:
+                    stack.append(f"{rel}/{sub}")
 
-    def _rehash(self, dirty: set[str]) -> str:
-        """Recompute the node digests of dirty directories and their ancestors, deepest first."""
+    def _rehash(self, edits: dict[str, dict[str, bytes]], dirty: set[str]) -> str:
+        """Write the edited nodes back; recompute dirty ones and their ancestors, deepest first."""
+        for rel, entries in edits.items():
+            if rel in self._nodes:
+                self._nodes[rel] = pack(entries)
         by_depth: dict[int, set[str]] = {}
         for rel in dirty:
             by_depth.setdefault(_depth(rel), set()).add(rel)
         for depth in range(max(by_depth, default=0), 0, -1):
             for rel in by_depth.get(depth, ()):
+                node = self._nodes.get(rel)
+                if node is None:
+                    continue
+                digest, content = node_digest(node)
                 head, name = _parent(rel)
-                children = self._children.get(rel)
-                parent = self._children.setdefault(head, {})
-                if children:
-                    node = "d:" + _node_digest(children)
-                    if parent.get(name) == node:
-                        continue
-                    parent[name] = node
-                else:
-                    self._children.pop(rel, None)
-                    if parent.pop(name, None) is None:
-                        continue
+                parent = self._edit(head, edits)
+                if parent is None:
+                    continue
+                record = b"d" + (digest if content else ZERO32)
+                if parent.get(name) == record:
+                    continue
+                parent[name] = record
+                self._nodes[head] = pack(parent)
                 by_depth.setdefault(depth - 1, set()).add(head)
-        root = self._children.get("")
-        if not root:
-            self._children.pop("", None)
-            return EMPTY_TREE_DIGEST
-        return _node_digest(root)
+        return node_digest(self._nodes[""])[0].hex()
 
     def files(self) -> dict[str, str]:
         """Return the last computation's files: relative POSIX path to entry digest."""
-        return dict(self._files)
+        return self.manifest().files()
+
+    def paths(self) -> Iterator[str]:
+        """The last computation's files' relative paths (nothing is copied)."""
+        return self.manifest().paths()
+
+    def manifest(self) -> Manifest:
+        """
+        Return the last computation's tree, frozen (see :class:`Manifest`).
+
+        It shares every directory's packed node with the hasher: a copy costs one
+        dictionary of directories, and memory only for the directories that change
+        afterwards.
+        """
+        return Manifest(dict(self._nodes), self._digest or EMPTY_TREE_DIGEST)
+
+    def adopt(self, manifest: Manifest) -> None:
+        """
+        Take a manifest made in this process as the last computation.
+
+        The next :meth:`digest` walks the tree and reads only the files whose stat
+        fingerprint is not the manifest's (what :func:`freeze` records for the
+        files it copied unchanged).
+        """
+        self._nodes = dict(manifest.nodes)
+        self._digest = None
 
     def invalidate(self, path: str) -> None:
         """
@@ -568,14 +736,34 @@ class TreeHasher:
             path = inside
         parts = _split_path(path)
         if not parts:
-            self._cache.clear()
+            self._nodes.clear()
             self._digest = None
             return
         rel = "/".join(parts)
-        prefix = f"{rel}/"
-        for key in [key for key in self._cache if key == rel or key.startswith(prefix)]:
-            del self._cache[key]
         self._pending.add(rel)
+        head, name = _parent(rel)
+        stack = []
+        node = self._nodes.get(head)
+        if node is not None:
+            entries = unpack(node)
+            record = entries.get(name)
+            if record is not None and record[0] == FILE:
+                entries[name] = _distrusted(record)
+                self._nodes[head] = pack(entries)
+            elif record is not None:
+                stack.append(rel)
+        while stack:
+            here = stack.pop()
+            node = self._nodes.get(here)
+            if node is None:
+                continue
+            entries = unpack(node)
+            for sub, record in entries.items():
+                if record[0] == FILE:
+                    entries[sub] = _distrusted(record)
+                else:
+                    stack.append(f"{here}/{sub}")
+            self._nodes[here] = pack(entries)
 
     def statistics(self) -> TreeStatistics:
         """Return what the last computation did (how many files it read)."""
@@ -589,6 +777,10 @@ class TreeHasher:
         self.watch = False
 
 
+def _distrusted(record: bytes) -> bytes:
+    return record[:17] + ZERO8 + record[25:]
+
+
 def tree_digest(root: Path, ignore: Sequence[str] = DEFAULT_IGNORE) -> str:
     """
     Compute the tree digest of a directory, once.
@@ -600,19 +792,26 @@ def tree_digest(root: Path, ignore: Sequence[str] = DEFAULT_IGNORE) -> str:
     return TreeHasher(root, ignore).digest()
 
 
-def changed_paths(before: dict[str, str], after: dict[str, str]) -> tuple[str, ...]:
+def changed_paths(
+    before: Mapping[str, str] | Manifest, after: Mapping[str, str] | Manifest
+) -> tuple[str, ...]:
     """
-    List the paths added, removed or changed between two :meth:`TreeHasher.files` maps.
+    List the paths added, removed or changed between two trees' files.
 
     Args:
-        before: the earlier map.
-        after: the later map.
+        before: the earlier tree: a :class:`Manifest` or a :meth:`TreeHasher.files` map.
+        after: the later one. Two manifests are compared directory by directory,
+            skipping the directories whose digests are equal.
 
     Returns:
         The paths, sorted.
     """
-    changed = {path for path, digest in before.items() if after.get(path) != digest}
-    changed.update(path for path in after if path not in before)
+    if isinstance(before, Manifest) and isinstance(after, Manifest):
+        return diff(before, after)
+    old = before.files() if isinstance(before, Manifest) else before
+    new = after.files() if isinstance(after, Manifest) else after
+    changed = {path for path, digest in old.items() if new.get(path) != digest}
+    changed.update(path for path in new if path not in old)
     return tuple(sorted(changed))
 
 
