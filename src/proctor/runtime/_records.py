@@ -96,7 +96,10 @@ class NoteKind(enum.StrEnum):
     """
     What a journal note records (the ``kind`` of ``JournalLike.add_note``).
 
-    ``start``: the run's first candidate and baseline; ``actor``: how to make the
+    ``start``: the run's first candidate (its tree digest); ``baseline``: what the
+    checks compare against and restore (the tree's manifest when a scope check
+    needs it, the protected and harness files, the per-test results at the
+    baseline); ``actor``: how to make the
     actor again; ``effect``: what an effect's reconciliation needs, journaled before
     it is dispatched; ``amend``: an operator's amendment of the contract;
     ``retune-request``: an operator asked for new limits; ``retune``: the
@@ -105,6 +108,7 @@ class NoteKind(enum.StrEnum):
     """
 
     START = "start"
+    BASELINE = "baseline"
     ACTOR = "actor"
     EFFECT = "effect"
     AMEND = "amend"

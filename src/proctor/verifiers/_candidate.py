@@ -28,6 +28,7 @@ import shutil
 import stat
 import struct
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase, translate
@@ -61,7 +62,10 @@ __all__ = (
     "changed_paths",
     "fingerprint",
     "freeze",
+    "freeze_known",
     "matches",
+    "snapshot_directory",
+    "snapshot_hasher",
     "tree_digest",
 )
 
@@ -709,15 +713,14 @@ class TreeHasher:
         """
         return Manifest(dict(self._nodes), self._digest or EMPTY_TREE_DIGEST)
 
-    def adopt(self, manifest: Manifest) -> None:
+    def adopt(self, nodes: Mapping[str, Node]) -> None:
         """
-        Take a manifest made in this process as the last computation.
+        Take packed nodes made in this process as what is known of the tree.
 
         The next :meth:`digest` walks the tree and reads only the files whose stat
-        fingerprint is not the manifest's (what :func:`freeze` records for the
-        files it copied unchanged).
+        fingerprint is not the one recorded (see :func:`snapshot_hasher`).
         """
-        self._nodes = dict(manifest.nodes)
+        self._nodes = dict(nodes)
         self._digest = None
 
     def invalidate(self, path: str) -> None:
@@ -818,33 +821,70 @@ def changed_paths(
 # --------------------------------------------------------------------------- freezing
 
 
-def _clone(source: str, target: str) -> None:
-    """Copy a file's content: a copy-on-write clone where possible, else a plain copy."""
-    with open(source, "rb") as src, open(target, "xb") as dst:
-        if sys.platform == "linux":
-            import fcntl
+def _clone(src: int, dst: int) -> None:
+    """Copy a file's content between descriptors: a copy-on-write clone where possible."""
+    if sys.platform == "linux":
+        import fcntl
 
-            try:
-                fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
-                return
-            except OSError:
-                # Not supported by this file system (ext4, tmpfs) or across devices.
+        try:
+            fcntl.ioctl(dst, _FICLONE, src)
+            return
+        except OSError:
+            # Not supported by this file system (ext4, tmpfs) or across devices.
+            pass
+        # copy_file_range shares extents where the file system can (xfs, NFS 4.2)
+        # and copies in the kernel otherwise.
+        try:
+            size = os.fstat(src).st_size
+            while os.copy_file_range(src, dst, max(size, _CHUNK)):
                 pass
-            # copy_file_range shares extents where the file system can (xfs, NFS 4.2)
-            # and copies in the kernel otherwise.
-            try:
-                size = os.fstat(src.fileno()).st_size
-                while True:
-                    copied = os.copy_file_range(src.fileno(), dst.fileno(), max(size, _CHUNK))
-                    if copied == 0:
-                        return
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                src.seek(0)
-                dst.seek(0)
-                dst.truncate()
-        shutil.copyfileobj(src, dst, _CHUNK)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            os.lseek(src, 0, os.SEEK_SET)
+            os.lseek(dst, 0, os.SEEK_SET)
+            os.ftruncate(dst, 0)
+    while chunk := os.read(src, _CHUNK):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view) :]
+
+
+def _freeze_file(source: str, target: str, known: bytes | None) -> bytes | None:
+    """
+    Copy one regular file; return the copy's record when its content is known.
+
+    Known means: the source's stat fingerprint, taken on the open descriptor
+    before and after the copy, is the one under which ``known``'s entry digest
+    was computed and trusted. A write to the source at any moment in between
+    moves its ctime (no call sets ctime back), so the copy holds that content.
+    The record carries the copy's own fingerprint, taken last, so a verifier
+    that finds the copy with another signature reads it.
+    """
+    src = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        before = os.fstat(src)
+        if not stat.S_ISREG(before.st_mode):
+            raise FileNotFoundError(errno.ENOENT, "replaced by a special file", source)
+        dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            _clone(src, dst)
+            after = os.fstat(src)
+            # The metadata of the content copied, not of whatever the path names now.
+            os.fchmod(dst, stat.S_IMODE(before.st_mode))
+            os.utime(dst, ns=(before.st_atime_ns, before.st_mtime_ns))
+            copy = os.fstat(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    if known is None or known[0] != FILE:
+        return None
+    mark = known[17:25]
+    if mark == ZERO8 or fingerprint(before) != mark or fingerprint(after) != mark:
+        return None
+    return b"f" + known[1:17] + fingerprint(copy) + ZERO8
 
 
 def _relative_to(path: Path, root: Path) -> str | None:
@@ -854,6 +894,30 @@ def _relative_to(path: Path, root: Path) -> str | None:
         return None
 
 
+def snapshot_directory(workspace: Path | str) -> Path:
+    """
+    Make a private directory for a candidate's snapshot, on the workspace's file system.
+
+    On the same file system a freeze can clone files (reflink) instead of copying
+    them: the system's temporary directory when it is there, else the directory
+    that holds the workspace (never the workspace itself: the actor's commands
+    see only that), else the temporary directory anyway. The directory is named
+    ``proctor-candidate-*`` and made mode 0700; the snapshot goes in it as
+    ``tree``, the checks' copies beside it. Remove the whole directory when done.
+    """
+    where: str | None = None
+    try:
+        device = os.stat(workspace).st_dev
+        temporary = tempfile.gettempdir()
+        parent = os.path.dirname(os.path.abspath(workspace))
+        elsewhere = os.stat(temporary).st_dev != device
+        if elsewhere and os.access(parent, os.W_OK | os.X_OK) and os.stat(parent).st_dev == device:
+            where = parent
+    except OSError:
+        where = None
+    return Path(tempfile.mkdtemp(prefix="proctor-candidate-", dir=where))
+
+
 def freeze(
     root: Path,
     dest: Path,
@@ -861,16 +925,35 @@ def freeze(
     max_bytes: int | None = None,
 ) -> Path:
     """
+    Snapshot a workspace into a new directory (see :func:`freeze_known`).
+
+    Returns:
+        ``dest``.
+    """
+    freeze_known(root, dest, ignore, max_bytes)
+    return dest
+
+
+def freeze_known(
+    root: Path,
+    dest: Path,
+    ignore: Sequence[str] = DEFAULT_IGNORE,
+    max_bytes: int | None = None,
+    known: Manifest | None = None,
+) -> dict[str, Node]:
+    """
     Snapshot a workspace into a new directory, so later writes to it do not change the copy.
 
-    Files are cloned copy-on-write where the file system allows it and copied
-    otherwise; they are never hard-linked (an in-place write to the original would
-    change the snapshot). Modes and modification times are preserved, symlinks are
-    recreated as symlinks with the same target text (an absolute target still
-    points where it pointed), ignored paths and special files are skipped.
+    Files are cloned copy-on-write where the file system allows it (reflink:
+    btrfs, xfs, bcachefs; :func:`snapshot_directory` puts the snapshot where that
+    can work) and copied otherwise; they are never hard-linked (an in-place write
+    to the original would change the snapshot). Modes and modification times are
+    preserved, symlinks are recreated as symlinks with the same target text (an
+    absolute target still points where it pointed), ignored paths and special
+    files are skipped.
 
     The workspace may change while it is copied: bind evidence to the digest of
-    the snapshot (``tree_digest(dest)``), not to an earlier digest of the workspace.
+    the snapshot (:func:`snapshot_hasher`), not to an earlier digest of the workspace.
 
     Args:
         root: the workspace.
@@ -879,9 +962,14 @@ def freeze(
         max_bytes: the most the snapshot may hold, every file counted by its
             apparent size (a sparse file by the size it claims, not the blocks it
             holds); None: no limit.
+        known: the workspace's tree as its hasher last computed it. Each file
+            copied while its stat signature stayed the one the tree trusts keeps
+            its digest, so the snapshot's hasher reads only the others.
 
     Returns:
-        ``dest``.
+        What is known of the snapshot's files, for :func:`snapshot_hasher`: the
+        packed nodes of its directories, each file's record with the copy's own
+        stat fingerprint (empty without ``known``).
 
     Raises:
         CandidateTooLarge: the files come to more than ``max_bytes`` (nothing is
@@ -891,7 +979,7 @@ def freeze(
         FileExistsError: ``dest`` already exists.
         OSError: a file could not be read or written.
     """
-    # Kept whole: its docstring, the contract, is a third of it; the copy walk, its byte count and
+    # Kept whole: its docstring, the contract, is most of it; the copy walk, its byte count and
     # the clean-up after a refusal share one destination.
     root = Path(root)
     dest = Path(dest)
@@ -904,32 +992,31 @@ def freeze(
             " such as .proctor/"
         )
     if max_bytes is not None:
-        # Measured before anything is copied: a 2 GB sparse file costs no copy.
-        total = 0
-        for _, entry in _walk(root, matcher):
-            with contextlib.suppress(FileNotFoundError):
-                if entry.is_file(follow_symlinks=False) and not entry.is_symlink():
-                    total += entry.stat(follow_symlinks=False).st_size
-            if total > max_bytes:
-                raise CandidateTooLarge(
-                    f"the candidate holds more than {max_bytes:,} bytes (files by apparent "
-                    "size): it is not frozen; remove large or sparse files, or ignore them"
-                )
+        _refuse_over(root, matcher, max_bytes)
     dest.mkdir(parents=True, exist_ok=False)
     # Directory modes are applied last, deepest first: a read-only directory must
     # receive its contents before it becomes read-only.
     directories: list[tuple[str, str]] = [(os.fspath(root), os.fspath(dest))]
+    nodes = known.nodes if known is not None else {}
+    seen: dict[str, dict[str, bytes]] = {}
+    index: dict[str, dict[str, bytes]] = {"": {}}
     for rel, entry in _walk(root, matcher):
         target = os.path.join(dest, rel)
+        head, name = _parent(rel)
         try:
             if entry.is_symlink():
                 os.symlink(os.readlink(entry.path), target)
             elif entry.is_dir(follow_symlinks=False):
                 os.mkdir(target)
                 directories.append((entry.path, target))
+                index[rel] = {}
             elif entry.is_file(follow_symlinks=False):
-                _clone(entry.path, target)
-                shutil.copystat(entry.path, target, follow_symlinks=False)
+                if head not in seen:
+                    node = nodes.get(head)
+                    seen[head] = unpack(node) if node is not None else {}
+                record = _freeze_file(entry.path, target, seen[head].get(name))
+                if record is not None and head in index:
+                    index[head][name] = record
         except FileNotFoundError:
             # Removed while freezing: the snapshot is simply without it.
             continue
@@ -938,4 +1025,43 @@ def freeze(
             shutil.copystat(source, target, follow_symlinks=False)
         except FileNotFoundError:
             continue
-    return dest
+    if known is None:
+        return {}
+    return {rel: pack(entries) for rel, entries in index.items()}
+
+
+def snapshot_hasher(
+    snapshot: Path, ignore: Sequence[str] = DEFAULT_IGNORE, known: Mapping[str, Node] | None = None
+) -> TreeHasher:
+    """
+    Return a hasher for a frozen snapshot that knows what its freeze knew.
+
+    Its first :meth:`~TreeHasher.digest` walks the snapshot, stats every file and
+    reads only those whose stat fingerprint is not the one the freeze recorded
+    (a file that changed in the workspace while it was copied, a racily clean
+    one, or one changed in the snapshot since): the digest is the snapshot's as
+    it stands, at the cost of a walk rather than a read of every byte.
+
+    Args:
+        snapshot: the snapshot.
+        ignore: the patterns it was frozen with.
+        known: what :func:`freeze_known` returned for it (None: every file is read).
+    """
+    hasher = TreeHasher(snapshot, ignore, racy_window=0)
+    if known:
+        hasher.adopt(known)
+    return hasher
+
+
+def _refuse_over(root: Path, matcher: _Matcher, max_bytes: int) -> None:
+    # Measured before anything is copied: a 2 GB sparse file costs no copy.
+    total = 0
+    for _, entry in _walk(root, matcher):
+        with contextlib.suppress(FileNotFoundError):
+            if entry.is_file(follow_symlinks=False) and not entry.is_symlink():
+                total += entry.stat(follow_symlinks=False).st_size
+        if total > max_bytes:
+            raise CandidateTooLarge(
+                f"the candidate holds more than {max_bytes:,} bytes (files by apparent "
+                "size): it is not frozen; remove large or sparse files, or ignore them"
+            )

@@ -436,7 +436,10 @@ _MAX_BASELINE_BYTES: Final = 16 * 1024 * 1024
 
 
 def collect_files(
-    root: Path, patterns: Sequence[str], ignore: Sequence[str] = DEFAULT_IGNORE
+    root: Path,
+    patterns: Sequence[str],
+    ignore: Sequence[str] = DEFAULT_IGNORE,
+    paths: Iterable[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """
     Read the regular files under ``root`` that match ``patterns``, for the journal.
@@ -445,6 +448,8 @@ def collect_files(
         root: the workspace at the baseline.
         patterns: the protected and harness patterns.
         ignore: paths that are not part of the candidate.
+        paths: the tree's files, when they are known already (a hasher's
+            :meth:`~proctor.verifiers._candidate.TreeHasher.paths`): not walked again.
 
     Returns:
         Relative path to ``{"data": base64 text, "exec": bool}``.
@@ -454,10 +459,18 @@ def collect_files(
     """
     found: dict[str, dict[str, Any]] = {}
     total = 0
-    for rel, entry in _walk(root, _compile(tuple(ignore))):
-        if not matches(rel, patterns):
+    wanted = _compile(tuple(patterns))
+    if paths is None:
+        listed: Iterable[str] = (rel for rel, _ in _walk(root, _compile(tuple(ignore))))
+    else:
+        listed = sorted(paths)
+    for rel in listed:
+        if not wanted.matches(rel):
             continue
-        st = entry.stat(follow_symlinks=False)
+        try:
+            st = os.lstat(os.path.join(root, rel))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
         if not stat.S_ISREG(st.st_mode):
             continue
         total += st.st_size
@@ -466,7 +479,7 @@ def collect_files(
                 f"the protected and harness files of {root} come to more than 16 MiB; narrow"
                 " [contract] protected or a check's harness"
             )
-        data = Path(entry.path).read_bytes()
+        data = Path(root, rel).read_bytes()
         found[rel] = {
             "data": base64.b64encode(data).decode("ascii"),
             "exec": bool(st.st_mode & stat.S_IXUSR),

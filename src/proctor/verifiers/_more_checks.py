@@ -27,6 +27,7 @@ from proctor._errors import ConfigError
 from proctor.runtime._tools.sandbox import SandboxSpec
 from proctor.verifiers._candidate import DEFAULT_IGNORE, TreeHasher, changed_paths, matches
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
+from proctor.verifiers._index import Manifest
 
 __all__ = (
     "Check",
@@ -57,9 +58,11 @@ class CheckContext:
         baseline_tests: per check, the outcome of each test at the baseline.
         baseline_files: the baseline's protected and harness files, restored in
             each command check's copy (``verifiers._harness.collect_files``).
+        candidate: the snapshot's tree as the verifier hashed it (the scope and
+            file checks read it instead of hashing the snapshot again).
     """
 
-    baseline: Mapping[str, str] = attrs.field(factory=dict)
+    baseline: Mapping[str, str] | Manifest = attrs.field(factory=dict)
     protected: tuple[str, ...] = ()
     scope: tuple[str, ...] = ()
     ignore: tuple[str, ...] = DEFAULT_IGNORE
@@ -68,6 +71,16 @@ class CheckContext:
     sandbox: SandboxSpec | None = None
     baseline_tests: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     baseline_files: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    candidate: Manifest | None = None
+
+
+async def _tree(snapshot: Path, digest: str, context: CheckContext) -> Manifest:
+    """The snapshot's tree: the verifier's, when it is the one of ``digest``; else hashed."""
+    if context.candidate is not None and context.candidate.digest == digest:
+        return context.candidate
+    hasher = TreeHasher(snapshot, context.ignore, racy_window=0)
+    await anyio.to_thread.run_sync(hasher.digest)
+    return hasher.manifest()
 
 
 @runtime_checkable
@@ -137,9 +150,11 @@ class ScopeCheck:
     ) -> Evidence:
         """Compare the snapshot's files with the baseline."""
         started = time.monotonic()
-        hasher = TreeHasher(snapshot, context.ignore, racy_window=0)
-        await anyio.to_thread.run_sync(hasher.digest)
-        changed = changed_paths(dict(context.baseline), hasher.files())
+        tree = await _tree(snapshot, digest, context)
+        baseline = context.baseline
+        changed = changed_paths(
+            baseline if isinstance(baseline, Manifest) else dict(baseline), tree
+        )
         problems = [f"protected: {p}" for p in changed if matches(p, context.protected)]
         problems += [
             f"harness: {p} decides how a check runs; it may not be changed"
@@ -218,9 +233,7 @@ class FileCheck:
     ) -> Evidence:
         """Look for the files in the snapshot."""
         started = time.monotonic()
-        hasher = TreeHasher(snapshot, context.ignore, racy_window=0)
-        await anyio.to_thread.run_sync(hasher.digest)
-        files = sorted(hasher.files())
+        files = sorted((await _tree(snapshot, digest, context)).paths())
         problems: list[str] = []
         for pattern in self.paths:
             found = [f for f in files if matches(f, (pattern,))]

@@ -8,8 +8,10 @@ is about exactly the tree it checked.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
@@ -17,10 +19,11 @@ import attrs
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from proctor._logging import get_logger
-from proctor.verifiers._candidate import freeze, tree_digest
+from proctor.verifiers._candidate import freeze, snapshot_hasher
 from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._harness import escaping_links, restore
+from proctor.verifiers._index import Node
 from proctor.verifiers._more_checks import Check, CheckContext, JudgeCheck, ScopeCheck
 
 __all__ = (
@@ -46,6 +49,10 @@ class VerifyRequest:
         contract_version: the contract the evidence is bound to.
         checks: the checks to run; judges run last and see the others' evidence.
         context: the baseline and the patterns the checks need.
+        known: what the freeze knew of the snapshot's files
+            (:func:`~proctor.verifiers._candidate.freeze_known`): the verifier's
+            digest reads only the files whose stat signature is not the one
+            recorded.
     """
 
     ref: int
@@ -53,6 +60,7 @@ class VerifyRequest:
     contract_version: str
     checks: tuple[Check, ...]
     context: CheckContext
+    known: Mapping[str, Node] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -96,10 +104,19 @@ def _order(check: Check) -> int:
     return 2 if isinstance(check, JudgeCheck) else 1
 
 
-def _fresh_copy(snapshot: Path, check: CommandCheck, context: CheckContext) -> Path:
-    """A private copy of the candidate for one command check, its harness the baseline's."""
-    copy = Path(tempfile.mkdtemp(prefix="proctor-check-")) / "tree"
-    freeze(snapshot, copy, context.ignore)
+def _fresh_copy(snapshot: Path, check: CommandCheck, context: CheckContext, *, own: bool) -> Path:
+    """
+    A private copy of the candidate for one command check, its harness the baseline's.
+
+    Made beside the snapshot, on its file system, where files can be cloned. With
+    ``own`` the check is the last to look at the snapshot, which is removed after
+    it: the check runs in the snapshot itself and nothing is copied.
+    """
+    if own:
+        copy = snapshot
+    else:
+        copy = Path(tempfile.mkdtemp(prefix="proctor-check-", dir=snapshot.parent)) / "tree"
+        freeze(snapshot, copy, context.ignore)
     workspace = context.sandbox.inside if context.sandbox is not None else snapshot
     patterns = (*context.protected, *check.harness_patterns(workspace))
     restore(copy, patterns, context.baseline_files)
@@ -125,6 +142,8 @@ async def verify_snapshot(
     context: CheckContext,
     *,
     baseline: bool = False,
+    known: Mapping[str, Node] | None = None,
+    consume: bool = False,
 ) -> tuple[str, tuple[Evidence, ...]]:
     """
     Judge one frozen candidate: its digest first, then its validity and scope, then the checks.
@@ -135,31 +154,44 @@ async def verify_snapshot(
     from the baseline, in the context's sandbox bound at the workspace's path.
 
     Args:
-        snapshot: the frozen candidate (left in place).
+        snapshot: the frozen candidate.
         contract_version: the contract the evidence is bound to.
         checks: the checks to run.
         context: the baseline, patterns and sandbox the checks need.
         baseline: the snapshot is the task's baseline (the evidence says so).
+        known: what the freeze knew of the snapshot's files: the digest reads
+            only the files whose stat signature is not the one recorded.
+        consume: the snapshot is removed afterwards, so the last check, when it
+            is a command check, may run in it instead of a copy (otherwise the
+            snapshot is left as it was).
 
     Returns:
         The snapshot's digest and the evidence, one per check.
     """
-    digest = await anyio.to_thread.run_sync(tree_digest, snapshot, context.ignore)
+    hasher = snapshot_hasher(snapshot, context.ignore, known)
+    digest = await anyio.to_thread.run_sync(hasher.digest)
+    # The scope and file checks read the tree just hashed, not the disk again.
+    context = attrs.evolve(context, candidate=hasher.manifest())
     links = await anyio.to_thread.run_sync(escaping_links, snapshot, context.ignore)
     if links:
         reason = "a symlink leaves the workspace: " + ", ".join(links[:5])
         log.info("verifier.invalid_candidate", digest=digest, links=links[:5])
         return digest, tuple(_invalid(c, digest, contract_version, reason) for c in checks)
     evidence: list[Evidence] = []
-    for check in sorted(checks, key=_order):
+    ordered = sorted(checks, key=_order)
+    for index, check in enumerate(ordered):
         here = attrs.evolve(context, evidence=tuple(evidence))
         if isinstance(check, CommandCheck):
-            copy = await anyio.to_thread.run_sync(_fresh_copy, snapshot, check, context)
+            own = consume and index == len(ordered) - 1
+            copy = await anyio.to_thread.run_sync(
+                functools.partial(_fresh_copy, snapshot, check, context, own=own)
+            )
             try:
                 found = await check.run_check(copy, digest, contract_version, here)
             finally:
-                with anyio.move_on_after(30, shield=True):
-                    await anyio.to_thread.run_sync(_remove, copy.parent)
+                if not own:
+                    with anyio.move_on_after(30, shield=True):
+                        await anyio.to_thread.run_sync(_remove, copy.parent)
         else:
             found = await check.run_check(snapshot, digest, contract_version, here)
         evidence.append(attrs.evolve(found, baseline=True) if baseline else found)
@@ -195,7 +227,12 @@ async def _judge(
             try:
                 found.append(
                     await verify_snapshot(
-                        request.snapshot, request.contract_version, request.checks, request.context
+                        request.snapshot,
+                        request.contract_version,
+                        request.checks,
+                        request.context,
+                        known=request.known,
+                        consume=True,
                     )
                 )
             finally:

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import tempfile
+import shutil
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -96,8 +95,9 @@ from proctor.runtime._records import (
 from proctor.runtime._task import Task
 from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool, check_call
 from proctor.runtime._tools.spec import ToolSpec
-from proctor.verifiers._candidate import TreeHasher, freeze
+from proctor.verifiers._candidate import TreeHasher, freeze_known, snapshot_directory
 from proctor.verifiers._evidence import Evidence
+from proctor.verifiers._index import Manifest
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import AbandonVerify, VerifierInbound, VerifyRequest, VerifyResult
 
@@ -278,7 +278,7 @@ class Controller(Endings, OperatorNotes, OwnCalls):
     _short: Exhaustion | None = None
     effects: EffectLedger = attrs.field(factory=EffectLedger)
     step_base: int = 0
-    baseline: dict[str, str] = attrs.field(factory=dict)
+    baseline: Mapping[str, str] | Manifest = attrs.field(factory=dict)
     # What the verifier needs besides the baseline's digests: the checks' sandbox,
     # the baseline's protected and harness files, its per-test results.
     check_context: CheckContext = attrs.field(factory=CheckContext)
@@ -929,17 +929,23 @@ class Controller(Endings, OperatorNotes, OwnCalls):
         self.judge.observe_candidate(current)
         if await self._judged_already(current, report):
             return
-        snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
+        # On the workspace's file system, where a freeze can clone files; the
+        # snapshot's files known by the tree just walked are not read again.
+        snapshot = await anyio.to_thread.run_sync(snapshot_directory, self.task.workspace) / "tree"
         try:
-            await anyio.to_thread.run_sync(
-                freeze,
+            known = await anyio.to_thread.run_sync(
+                freeze_known,
                 self.task.workspace,
                 snapshot,
                 self.task.ignore,
                 self.task.limits.snapshot_bytes,
+                self.hasher.manifest(),
             )
-        except CandidateTooLarge as exc:
-            snapshot.parent.rmdir()
+        except BaseException as exc:
+            with anyio.move_on_after(30, shield=True):
+                await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
+            if not isinstance(exc, CandidateTooLarge):
+                raise
             # Not verified: a step without progress, as any refusal.
             reason = f"verification refused: {exc} (limits.snapshot_bytes)"
             ruling = self.judge.refusal(reason)
@@ -961,6 +967,7 @@ class Controller(Endings, OperatorNotes, OwnCalls):
                     scope=self.task.scope,
                     ignore=self.task.ignore,
                 ),
+                known,
             )
         )
 

@@ -18,6 +18,7 @@ in order, with the candidate digests the journal recorded.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from proctor.runtime._journal import JournalLike, RunRow
 from proctor.runtime._progress.judge import SNAPSHOT_FORMAT, Judge, SnapshotRefused
 from proctor.runtime._progress.trajectory import Candidates, Event, drive
 from proctor.runtime._records import NoteKind, ToolCall, ToolResult
+from proctor.verifiers._index import Manifest
 
 __all__ = (
     "SNAPSHOT_EVERY",
@@ -38,6 +40,7 @@ __all__ = (
     "load_effects",
     "load_history",
     "proposals_made",
+    "read_start",
     "save_snapshot",
     "snapshot_due",
 )
@@ -106,7 +109,7 @@ class History:
         summary: the resume observation for the actor, built from the journal.
     """
 
-    baseline: dict[str, str]
+    baseline: Mapping[str, str] | Manifest
     initial_digest: str
     runs: tuple[tuple[str, str | None, dict[str, Any] | None], ...]
     steps: int
@@ -298,13 +301,13 @@ async def load_history(
         (r for r in await journal.runs_of_task(task_id) if r.run_id != run_id),
         key=lambda r: r.started_at,
     )
-    baseline: dict[str, str] = {}
+    baseline: Mapping[str, str] | Manifest = {}
     initial = current
     if runs:
-        start = await journal.latest_note(runs[0].run_id, NoteKind.START)
+        start = await read_start(journal, runs[0].run_id)
         if start is not None:
-            baseline = dict(start["body"].get("baseline", {}))
-            initial = str(start["body"].get("digest", current))
+            baseline = start["baseline"]
+            initial = str(start.get("digest", current))
         found = await _latest_snapshot(journal, runs, judge) if snapshots else None
         if found is None:
             # A fresh decision core, at the task's first candidate.
@@ -354,3 +357,33 @@ async def load_history(
         steps=total,
         summary="\n".join(lines),
     )
+
+
+async def read_start(journal: JournalLike, run_id: str) -> dict[str, Any] | None:
+    """
+    Read a run's start note with its baseline: ``digest``, ``baseline`` (the tree's
+    :class:`~proctor.verifiers._index.Manifest`, or the file map older journals
+    kept, or empty when no check needed it), ``baseline_files`` and
+    ``baseline_tests``; None when the run has no start note.
+
+    Raises:
+        ConfigError: the journaled manifest is not the tree the start note names.
+    """
+    note = await journal.latest_note(run_id, NoteKind.START)
+    if note is None:
+        return None
+    body = dict(note["body"])
+    if "baseline" in body:
+        # Written before the baseline had a note of its own: the file map itself.
+        body["baseline"] = dict(body["baseline"])
+        return body
+    found = await journal.latest_note(run_id, NoteKind.BASELINE)
+    extra = dict(found["body"]) if found is not None else {}
+    digest = str(body.get("digest", ""))
+    packed = extra.get("manifest")
+    return {
+        "digest": digest,
+        "baseline": Manifest.from_bytes(base64.b64decode(packed), digest) if packed else {},
+        "baseline_files": dict(extra.get("files") or {}),
+        "baseline_tests": dict(extra.get("tests") or {}),
+    }

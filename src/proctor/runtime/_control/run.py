@@ -4,12 +4,12 @@ Running a task: wire the four tasks, start or resume a run, close what an earlie
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Mapping
@@ -45,7 +45,7 @@ from proctor.runtime._control.controller import (
     StepCallback,
     StopRequest,
 )
-from proctor.runtime._control.history import load_effects, load_history
+from proctor.runtime._control.history import load_effects, load_history, read_start
 from proctor.runtime._control.trace import _leaves
 from proctor.runtime._effects.ledger import (
     EffectLedger,
@@ -70,10 +70,16 @@ from proctor.runtime._tools.sandbox import (
     sandbox_available,
 )
 from proctor.runtime._tools.workspace import Workspace
-from proctor.verifiers._candidate import TreeHasher, changed_paths, freeze
+from proctor.verifiers._candidate import (
+    TreeHasher,
+    changed_paths,
+    freeze_known,
+    snapshot_directory,
+)
 from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._harness import collect_files
-from proctor.verifiers._more_checks import CheckContext
+from proctor.verifiers._index import Manifest
+from proctor.verifiers._more_checks import CheckContext, ScopeCheck
 from proctor.verifiers._verifier import VerifierInbound, run_verifier, verify_snapshot
 
 __all__ = (
@@ -341,7 +347,7 @@ async def _baseline_evidence(
     task_id: str,
     sandbox: SandboxSpec,
     files: Mapping[str, Mapping[str, Any]],
-    baseline: Mapping[str, str],
+    baseline: Manifest,
 ) -> dict[str, dict[str, str]]:
     """
     Run the checks that report per-test results on the baseline, before the actor's
@@ -350,18 +356,26 @@ async def _baseline_evidence(
     checks = tuple(c for c in task.checks if isinstance(c, CommandCheck) and c.runs_pytest)
     if not checks:
         return {}
-    snapshot = Path(tempfile.mkdtemp(prefix="proctor-candidate-")) / "tree"
+    snapshot = await anyio.to_thread.run_sync(snapshot_directory, task.workspace) / "tree"
     try:
-        await anyio.to_thread.run_sync(freeze, task.workspace, snapshot, task.ignore)
+        known = await anyio.to_thread.run_sync(
+            freeze_known, task.workspace, snapshot, task.ignore, None, baseline
+        )
         context = CheckContext(
-            baseline=dict(baseline),
+            baseline=baseline,
             protected=task.protected,
             ignore=task.ignore,
             sandbox=sandbox,
             baseline_files=files,
         )
         _, evidence = await verify_snapshot(
-            snapshot, task.contract_version, checks, context, baseline=True
+            snapshot,
+            task.contract_version,
+            checks,
+            context,
+            baseline=True,
+            known=known,
+            consume=True,
         )
     finally:
         with anyio.move_on_after(30, shield=True):
@@ -385,24 +399,35 @@ async def capture_baseline(
     digest: str,
 ) -> dict[str, Any]:
     """
-    Capture what a task's first run starts from and journal it as the run's start
-    note: the tree's digest and files, the protected and harness files the checks
-    restore, and each per-test check's results on the untouched workspace (their
-    evidence is journaled too). Returns the note's body.
+    Capture what a task's first run starts from and journal it: the start note
+    holds the tree's digest; a baseline note the protected and harness files the
+    checks restore, each per-test check's results on the untouched workspace
+    (their evidence is journaled too) and, when a scope check will compare a
+    candidate with the baseline, the tree's manifest (compressed, and checked
+    against the digest when it is read back: see :func:`read_start`). Returns
+    what :func:`read_start` returns for it.
     """
-    baseline = await anyio.to_thread.run_sync(hasher.files)
+    manifest = hasher.manifest()
     files = await anyio.to_thread.run_sync(
-        collect_files, task.workspace, (*task.protected, *task.harness()), task.ignore
+        collect_files,
+        task.workspace,
+        (*task.protected, *task.harness()),
+        task.ignore,
+        manifest.paths(),
     )
-    tests = await _baseline_evidence(task, journal, run_id, task_id, sandbox, files, baseline)
-    body = {
+    tests = await _baseline_evidence(task, journal, run_id, task_id, sandbox, files, manifest)
+    extra: dict[str, Any] = {"files": files, "tests": tests}
+    if any(isinstance(check, ScopeCheck) for check in task.all_checks()):
+        packed = await anyio.to_thread.run_sync(manifest.to_bytes)
+        extra["manifest"] = base64.b64encode(packed).decode("ascii")
+    await journal.add_note(run_id, NoteKind.BASELINE, extra)
+    await journal.add_note(run_id, NoteKind.START, {"digest": digest, "files": len(manifest)})
+    return {
         "digest": digest,
-        "baseline": baseline,
+        "baseline": manifest,
         "baseline_files": files,
         "baseline_tests": tests,
     }
-    await journal.add_note(run_id, NoteKind.START, body)
-    return body
 
 
 def baseline_context(task: Task, sandbox: SandboxSpec, start: Mapping[str, Any]) -> CheckContext:
@@ -419,9 +444,9 @@ async def _inherited_start(journal: JournalLike, task_id: str) -> dict[str, Any]
     """The start note of the task's first run (what its checks' baseline was)."""
     runs = sorted(await journal.runs_of_task(task_id), key=lambda r: r.started_at)
     for row in runs:
-        start = await journal.latest_note(row.run_id, NoteKind.START)
+        start = await read_start(journal, row.run_id)
         if start is not None:
-            return dict(start["body"])
+            return start
     return {}
 
 
@@ -459,7 +484,7 @@ async def _fence_breach(
     """
     if not at_end:
         return None
-    before = hasher.files()
+    before = hasher.manifest()
     hasher.invalidate("")
     try:
         now = await anyio.to_thread.run_sync(hasher.digest)
@@ -467,7 +492,7 @@ async def _fence_breach(
         return None
     if now == at_end:
         return None
-    changed = changed_paths(before, hasher.files())
+    changed = changed_paths(before, hasher.manifest())
     log.warning("run.fence_breach", at_end=at_end, now=now, changed=changed[:20])
     body = {"at_end": at_end, "now": now, "changed": list(changed)}
     await journal.add_note(run_id, NoteKind.FENCE_BREACH, body)
@@ -798,7 +823,7 @@ async def _run(
         digest=await anyio.to_thread.run_sync(hasher.digest),
         # The live controller knows which files exist: the hasher's view, as of the
         # digest taken after the last call that could change the workspace.
-        missing_files=lambda: missing_files(task.required_files, hasher.files()),
+        missing_files=lambda: missing_files(task.required_files, hasher.paths()),
         contract_version=task.contract_version,
     )
     greeting = ""
@@ -819,7 +844,7 @@ async def _run(
         step_base = history.steps
         start = await _inherited_start(journal, task_id)
     if not inherits:
-        baseline = dict(start["baseline"])
+        baseline = start["baseline"]
     check_context = baseline_context(task, sandbox, start)
     if actor_spec is not None:
         await journal.add_note(run_id, NoteKind.ACTOR, dict(actor_spec))

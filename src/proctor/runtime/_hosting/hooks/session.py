@@ -37,7 +37,7 @@ from proctor._errors import BudgetError, ConfigError, RunNotFoundError
 from proctor.budgets._accountant import AccountantRequest, run_accountant
 from proctor.budgets._budget import Ledger
 from proctor.runtime._control.controller import Controller, Inbound, StopRequest
-from proctor.runtime._control.history import save_snapshot
+from proctor.runtime._control.history import read_start, save_snapshot
 from proctor.runtime._control.run import (
     baseline_context,
     capture_baseline,
@@ -202,7 +202,7 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
             task, journal, run_id, task_id, epoch, 0, None, start, state, hasher, digest
         )
     snapshot = await journal.snapshot(run_id)
-    start_note = await journal.latest_note(run_id, "start")
+    start_note = await read_start(journal, run_id)
     hook = await journal.latest_note(run_id, "hook")
     if snapshot is None or start_note is None or hook is None:
         raise RunNotFoundError(
@@ -228,7 +228,7 @@ async def _open(journal: JournalLike, task: Task, event: HookEvent) -> _Session:
         row.epoch,
         row.steps,
         snapshot["snapshot"],
-        dict(start_note["body"]),
+        start_note,
         state,
         hasher,
         digest,
@@ -325,7 +325,7 @@ async def _wired(
         to_verifier=ver_tx,
         to_accountant=acc_tx,
         actor_scope=anyio.CancelScope(),
-        baseline=dict(session.start.get("baseline") or {}),
+        baseline=session.start.get("baseline") or {},
         trace_id=session.run_id,
         # The agent is its own actor: there is nothing to drain when the run ends.
         actor_done=True,
