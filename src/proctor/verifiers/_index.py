@@ -115,6 +115,8 @@ class Manifest:
     """
     A candidate's tree, frozen: its nodes by directory path and its root digest.
 
+    Two manifests are equal when their digests are: the same tree.
+
     Args:
         nodes: directory path (``""`` the root) to its packed node.
         digest: the tree digest of the whole (hex).
@@ -122,6 +124,13 @@ class Manifest:
 
     nodes: Mapping[str, Node]
     digest: str
+
+    def __eq__(self, other: object) -> bool:
+        # The digest names the tree (the stat fingerprints are not part of it).
+        return isinstance(other, Manifest) and other.digest == self.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
 
     def files(self) -> dict[str, str]:
         """Every file (and symlink): relative POSIX path to entry digest (hex)."""
