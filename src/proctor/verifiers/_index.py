@@ -161,19 +161,20 @@ class Manifest:
 
     def to_bytes(self) -> bytes:
         """
-        Serialize the manifest (compressed), without its stat fingerprints.
+        Serialize the manifest (compressed), without its stat fingerprints and
+        directory digests.
 
-        They mean nothing outside the process that took them: a manifest read
-        back trusts no stat signature.
+        Fingerprints mean nothing outside the process that took them (a manifest
+        read back trusts no stat signature); directory digests are recomputed
+        from the files' when it is read back, which also checks it.
         """
         parts = [_MAGIC]
         for rel in sorted(self.nodes):
             names, records = self.nodes[rel]
             path = rel.encode("utf-8", "surrogateescape")
+            # A directory's digest is recomputed when read back: not written.
             stripped = b"".join(
-                records[at : at + 17] + bytes(16)
-                if records[at] == FILE
-                else records[at : at + RECORD]
+                records[at : at + 17] + bytes(16) if records[at] == FILE else EMPTY_DIR
                 for at in range(0, len(records), RECORD)
             )
             parts.append(_LENGTHS.pack(len(path), len(names), len(stripped)))
@@ -209,46 +210,54 @@ class Manifest:
                 nodes[rel] = (names, records)
         except (struct.error, ValueError) as exc:
             raise ConfigError(f"a manifest of tree {digest[:12]} is corrupt: {exc}") from None
-        manifest = cls(nodes, digest)
-        if recompute(nodes) != digest:
+        rebuilt = recompute(nodes)
+        if rebuilt is None or rebuilt[0] != digest:
             raise ConfigError(
                 f"a manifest does not match tree {digest[:12]}: it was changed or belongs to"
                 " another tree"
             )
-        return manifest
+        return cls(rebuilt[1], digest)
 
 
-def recompute(nodes: Mapping[str, Node]) -> str | None:
+def recompute(nodes: Mapping[str, Node]) -> tuple[str, dict[str, Node]] | None:
     """
-    Recompute the root digest from the nodes alone, checking every directory's
-    record against its node; None when they disagree or the shape is broken.
+    Rebuild a tree from serialized nodes: fill in every directory's node digest,
+    bottom-up, and return the root digest with the filled nodes; None when the
+    shape is broken or the form is not canonical (names sorted and unique, every
+    directory record and every file's fingerprint zero, no node hanging loose).
     """
     computed: dict[str, bytes] = {}
+    filled: dict[str, Node] = {}
     referenced = 0
     for rel in sorted(nodes, key=lambda r: r.count("/") + (1 if r else 0), reverse=True):
-        node = nodes[rel]
-        names = names_of(node)
-        if len(names) != len(node[1]) // RECORD or names != sorted(names):
+        names_blob, records = nodes[rel]
+        names = names_of((names_blob, records))
+        if len(names) != len(records) // RECORD or names != sorted(names):
             return None
         if len(set(names)) != len(names) or any(not n or "/" in n for n in names):
             return None
+        rebuilt = bytearray(records)
         for i, name in enumerate(names):
-            record = node[1][i * RECORD : (i + 1) * RECORD]
-            if record[0] == DIR:
+            at = i * RECORD
+            record = records[at : at + RECORD]
+            if record == EMPTY_DIR:
                 child = computed.get(_join(rel, name))
-                if child is None or record[1:] != child:
+                if child is None:
                     return None
+                rebuilt[at + 1 : at + RECORD] = child
                 referenced += 1
             # A file's fingerprint and padding are zero in a canonical manifest.
             elif record[0] != FILE or record[17:] != bytes(16):
                 return None
+        node = (names_blob, bytes(rebuilt))
+        filled[rel] = node
         digest, content = node_digest(node)
         computed[rel] = digest if content or not rel else ZERO32
     root = computed.get("")
     # Every directory but the root is some directory's entry: no node hangs loose.
     if root is None or referenced != len(nodes) - 1:
         return None
-    return root.hex()
+    return root.hex(), filled
 
 
 def diff(before: Manifest, after: Manifest) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -97,7 +98,7 @@ from proctor.runtime._tools.registry import ToolContext, ToolRegistry, call_tool
 from proctor.runtime._tools.spec import ToolSpec
 from proctor.verifiers._candidate import TreeHasher, freeze_known, snapshot_directory
 from proctor.verifiers._evidence import Evidence
-from proctor.verifiers._index import Manifest
+from proctor.verifiers._index import Manifest, Node
 from proctor.verifiers._more_checks import CheckContext
 from proctor.verifiers._verifier import AbandonVerify, VerifierInbound, VerifyRequest, VerifyResult
 
@@ -929,47 +930,31 @@ class Controller(Endings, OperatorNotes, OwnCalls):
         self.judge.observe_candidate(current)
         if await self._judged_already(current, report):
             return
-        # On the workspace's file system, where a freeze can clone files; the
-        # snapshot's files known by the tree just walked are not read again.
-        snapshot = await anyio.to_thread.run_sync(snapshot_directory, self.task.workspace) / "tree"
-        try:
-            known = await anyio.to_thread.run_sync(
-                freeze_known,
-                self.task.workspace,
-                snapshot,
-                self.task.ignore,
-                self.task.limits.snapshot_bytes,
-                self.hasher.manifest(),
-            )
-        except BaseException as exc:
-            with anyio.move_on_after(30, shield=True):
-                await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
-            if not isinstance(exc, CandidateTooLarge):
-                raise
-            # Not verified: a step without progress, as any refusal.
-            reason = f"verification refused: {exc} (limits.snapshot_bytes)"
-            ruling = self.judge.refusal(reason)
-            record = await self._record("refused", ruling, event=RefusedEvent(reason=reason))
-            if report:
-                await self._report(record, ruling)
+        frozen = await self._freeze(report)
+        if frozen is None:
             return
+        snapshot, known = frozen
         ref = self._next_ref()
-        await self.to_verifier.send(
-            VerifyRequest(
-                ref,
-                snapshot,
-                self.task.contract_version,
-                self.task.all_checks(),
-                attrs.evolve(
-                    self.check_context,
-                    baseline=self.baseline,
-                    protected=self.task.protected,
-                    scope=self.task.scope,
-                    ignore=self.task.ignore,
-                ),
-                known,
-            )
+        request = VerifyRequest(
+            ref,
+            snapshot,
+            self.task.contract_version,
+            self.task.all_checks(),
+            attrs.evolve(
+                self.check_context,
+                baseline=self.baseline,
+                protected=self.task.protected,
+                scope=self.task.scope,
+                ignore=self.task.ignore,
+            ),
+            known,
         )
+        try:
+            await self.to_verifier.send(request)
+        except BaseException:
+            # Never handed over: the verifier will not remove it.
+            await _remove_snapshot(snapshot)
+            raise
 
         async def abandon() -> None:
             await self.to_verifier.send(AbandonVerify(ref))
@@ -982,6 +967,37 @@ class Controller(Endings, OperatorNotes, OwnCalls):
             )
             return
         await self._bind(result, report)
+
+    async def _freeze(self, report: bool) -> tuple[Path, dict[str, Node]] | None:
+        """
+        Freeze the workspace for the verifier: the snapshot, and what is known of
+        its files; None when it is too large (refused as a step, reported if asked).
+
+        On the workspace's file system, where a freeze can clone files; the
+        snapshot's files known by the tree just walked are not read again.
+        """
+        snapshot = await anyio.to_thread.run_sync(snapshot_directory, self.task.workspace) / "tree"
+        try:
+            known = await anyio.to_thread.run_sync(
+                freeze_known,
+                self.task.workspace,
+                snapshot,
+                self.task.ignore,
+                self.task.limits.snapshot_bytes,
+                self.hasher.manifest(),
+            )
+        except BaseException as exc:
+            await _remove_snapshot(snapshot)
+            if not isinstance(exc, CandidateTooLarge):
+                raise
+            # Not verified: a step without progress, as any refusal.
+            reason = f"verification refused: {exc} (limits.snapshot_bytes)"
+            ruling = self.judge.refusal(reason)
+            record = await self._record("refused", ruling, event=RefusedEvent(reason=reason))
+            if report:
+                await self._report(record, ruling)
+            return None
+        return snapshot, known
 
     async def _judged_already(self, current: str, report: bool) -> bool:
         """
@@ -1050,3 +1066,9 @@ class Controller(Endings, OperatorNotes, OwnCalls):
         if (last is not None and last.decision is Decision.STOP) or not report:
             return
         await self._observe(ObservationKind.VERDICT, "\n".join(lines))
+
+
+async def _remove_snapshot(snapshot: Path) -> None:
+    """Remove a snapshot's ``proctor-candidate-*`` directory and all in it, shielded."""
+    with anyio.move_on_after(30, shield=True):
+        await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
