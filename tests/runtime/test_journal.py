@@ -64,7 +64,11 @@ RUN_IDS = itertools.count()
 # JSON it is escaped, so only the plain text fields avoid it.
 PLAIN_TEXT = st.text(st.characters(blacklist_characters="\x00"))
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda children: (
         st.lists(children, max_size=3) | st.dictionaries(st.text(), children, max_size=3)
     ),
