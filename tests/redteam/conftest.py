@@ -19,9 +19,11 @@ from typing import Any
 import attrs
 import pytest
 
+from proctor._wire import step_event
 from proctor.runtime._control.run import run
+from proctor.runtime._journal import open_journal
 from proctor.runtime._outcome import RunResult
-from proctor.runtime._records import Disposition
+from proctor.runtime._records import ActionEvent, Disposition
 from proctor.runtime._task import load_task
 from proctor.runtime._tools.sandbox import sandbox_available
 
@@ -109,19 +111,12 @@ def attack(tmp_path: Path) -> Any:
         )
         with sqlite3.connect(journal) as db:
             assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-            events = [
-                json.loads(row[0])
-                for row in db.execute(
-                    "SELECT event FROM steps WHERE run_id = ? AND kind = 'action' ORDER BY step",
-                    (result.run_id,),
-                )
-                if row[0]
-            ]
-            notes = tuple(
-                row[0]
-                for row in db.execute("SELECT kind FROM notes WHERE run_id = ?", (result.run_id,))
-            )
-        outputs = tuple(str((e.get("result") or {}).get("output", "")) for e in events)
+        # Read as any reader does, through the journal (large outputs are blobs in it).
+        async with open_journal(journal) as j:
+            steps = await j.steps(result.run_id)
+            notes = tuple(n["kind"] for n in await j.notes(result.run_id))
+        events = [step_event(s) for s in steps if s["kind"] == "action"]
+        outputs = tuple(e.result.output for e in events if isinstance(e, ActionEvent))
         return Attack(result, workspace, journal, outputs, notes)
 
     return go
