@@ -1716,6 +1716,17 @@ async def test_sqlite_journal_of_version_5_reads_its_notes_and_gains_blobs(db_pa
 # -- running totals of spend, open effects -------------------------------------------------------
 
 
+#: SQLite: the spend summed per kind and dimension over its rows, those of earlier
+#: versions (one per dimension) and the records (their amounts in one column).
+SPEND_SUMMED = """
+    SELECT kind, dimension, sum(amount) FROM (
+        SELECT kind, dimension, amount FROM spend
+        UNION ALL
+        SELECT r.kind, a.key, a.value FROM spend_records AS r, json_each(r.amounts) AS a
+    ) GROUP BY kind, dimension
+"""
+
+
 async def test_sqlite_journal_of_version_6_sums_its_spend_once_then_keeps_totals(
     db_path: Path,
 ) -> None:
@@ -1746,8 +1757,7 @@ async def test_sqlite_journal_of_version_6_sums_its_spend_once_then_keeps_totals
     # The totals are what the rows sum to: a trigger keeps them in the rows' transaction.
     with sqlite3.connect(db_path) as conn:
         rows = conn.execute(
-            "SELECT kind, dimension, total FROM spend_totals EXCEPT"
-            " SELECT kind, dimension, sum(amount) FROM spend GROUP BY kind, dimension"
+            f"SELECT kind, dimension, total FROM spend_totals EXCEPT {SPEND_SUMMED}"
         ).fetchall()
     conn.close()
     assert rows == []

@@ -91,7 +91,8 @@ from proctor.runtime._journal.rows import (
     record_field,
     run_row,
     settle_fence,
-    spend_records,
+    spend_record,
+    spend_rows_of,
     step_params,
     step_record,
     step_refs,
@@ -140,7 +141,7 @@ class PgJournal:
     _url: str
     _pool: _Pool | None
     _durable_set: bool = False
-    # Spend rows written with the journal's next operation, one per dimension.
+    # Spend records (a row each) written with the journal's next operation.
     _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
     # Effect settlements (statement, arguments) written with the next operation.
     _settles: list[tuple[str, tuple[Any, ...]]] = attrs.field(factory=list, init=False)
@@ -975,16 +976,16 @@ class PgJournal:
         defer: bool = False,
     ) -> None:
         """
-        Journal spend: one row per dimension, all in one statement; deferred,
+        Journal spend: one row, its amounts in one column; deferred,
         with the journal's next operation (see :meth:`Journal.add_spend`).
 
         Raises:
             ConfigError: ``kind`` is not a spend kind, or an amount is not finite.
         """
-        rows = spend_records(task_id, run_id, amounts, kind, note)
-        if not rows:
+        record = spend_record(task_id, run_id, amounts, kind, note)
+        if record is None:
             return
-        self._deferred.extend(rows)
+        self._deferred.append(record)
         if defer:
             return
         async with self._use(f"add spend of run {run_id}"):
@@ -1002,7 +1003,7 @@ class PgJournal:
         """Return a run's spend rows (every kind) in the order they were written."""
         async with self._use(f"read spend of run {run_id}") as conn:
             rows = await conn.fetch(Sql.spend_rows, run_id)
-        return [SpendRow(str(d), float(a), str(k), float(t)) for d, a, k, t in rows]
+        return spend_rows_of(rows)
 
     # -- processes ----------------------------------------------------------------------
 
@@ -1118,9 +1119,9 @@ async def _read_blobs(conn: _Conn, digests: set[str]) -> dict[str, Any]:
 
 
 def _spend_arrays(rows: Sequence[tuple[Any, ...]]) -> tuple[list[Any], ...]:
-    """The seven arrays of ``postgres_sql.spend_rows`` (columns) from spend rows."""
+    """The six arrays of ``postgres_sql.spend_rows`` (columns) from spend records."""
     if not rows:
-        return ([], [], [], [], [], [], [])
+        return ([], [], [], [], [], [])
     return tuple(list(column) for column in zip(*rows, strict=True))
 
 

@@ -50,16 +50,16 @@ def _put_blobs(first: int, where: str = "") -> str:
 
 
 def spend_rows(first: int) -> str:
-    """The insert of spend rows given as seven arrays, from parameter ``$first`` on."""
+    """The insert of spend records given as six arrays, from parameter ``$first`` on."""
     arrays = ", ".join(
         f"${first + i}::{kind}[]"
-        for i, kind in enumerate(("text", "text", "text", "float8", "text", "text", "float8"))
+        for i, kind in enumerate(("text", "text", "text", "text", "text", "float8"))
     )
     return f"""
-        INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
-        SELECT u.task_id, u.run_id, u.dimension, u.amount, u.kind, u.note, u.at
+        INSERT INTO spend_records (task_id, run_id, kind, amounts, note, at)
+        SELECT u.task_id, u.run_id, u.kind, u.amounts, u.note, u.at
         FROM unnest({arrays})
-            WITH ORDINALITY AS u (task_id, run_id, dimension, amount, kind, note, at, n)
+            WITH ORDINALITY AS u (task_id, run_id, kind, amounts, note, at, n)
         ORDER BY u.n
     """
 
@@ -203,7 +203,7 @@ class Sql:
             RETURNING 1
         ),
         spent AS ({spend_rows(21)}),
-        stored AS ({_put_blobs(28, "WHERE EXISTS (SELECT 1 FROM step)")})
+        stored AS ({_put_blobs(27, "WHERE EXISTS (SELECT 1 FROM step)")})
         SELECT (SELECT count(*) FROM step), (SELECT max(id) FROM notes WHERE run_id = $1::text)
     """
     put_blobs = _put_blobs(1)
@@ -272,8 +272,13 @@ class Sql:
         GROUP BY dimension ORDER BY dimension
     """
 
+    # The rows of earlier versions (one per dimension) first, then the records
+    # (see ``rows.spend_rows_of``).
     spend_rows = """
-        SELECT dimension, amount, kind, at FROM spend WHERE run_id = $1 ORDER BY id
+        SELECT 0, id, dimension, amount, kind, at FROM spend WHERE run_id = $1
+        UNION ALL
+        SELECT 1, id, amounts, NULL, kind, at FROM spend_records WHERE run_id = $1
+        ORDER BY 1, 2
     """
 
     record_process = """
@@ -398,6 +403,7 @@ TABLES: tuple[str, ...] = (
     "effects",
     "evidence",
     "spend",
+    "spend_records",
     "processes",
     "notes",
     "snapshots",

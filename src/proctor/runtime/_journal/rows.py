@@ -22,7 +22,14 @@ from proctor._errors import (
     JournalError,
 )
 from proctor._logging import get_logger
-from proctor.runtime._journal.base import EFFECT_STATES, QUEUED, SPEND_KINDS, EffectRow, RunRow
+from proctor.runtime._journal.base import (
+    EFFECT_STATES,
+    QUEUED,
+    SPEND_KINDS,
+    EffectRow,
+    RunRow,
+    SpendRow,
+)
 from proctor.runtime._journal.blobs import pack, pack_action, refs, unpack, unpack_action
 from proctor.runtime._records import Disposition
 
@@ -51,7 +58,8 @@ __all__ = (
     "record_field",
     "run_row",
     "settle_fence",
-    "spend_records",
+    "spend_record",
+    "spend_rows_of",
     "step_params",
     "step_record",
     "step_refs",
@@ -86,30 +94,72 @@ STEP_FIELDS: tuple[str, ...] = (
 STEP_KNOWN = frozenset((*STEP_FIELDS, "run_id", "event"))
 
 
-#: A spend row: task, run, dimension, amount, kind, note, time.
-SpendRecord = tuple[str, str, str, float, str, str, float]
+#: A spend record as both backends write it: task, run, kind, its amounts (JSON,
+#: dimension to amount, in the order given), note, time.
+SpendRecord = tuple[str, str, str, str, str, float]
 
 
-def spend_records(
+def spend_record(
     task_id: str, run_id: str, amounts: Mapping[str, float], kind: str, note: str
-) -> list[SpendRecord]:
+) -> SpendRecord | None:
     """
-    The rows of one spend record, one per dimension, as both backends write them.
+    The row of one spend record, or None when it has no amounts.
+
+    Every dimension given is kept, a zero too: the record reads back as it was given.
 
     Raises:
-        ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount is
-            not a finite number.
+        ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, a dimension is not
+            a name (valid text without U+0000), or an amount is not a finite number.
     """
     if kind not in SPEND_KINDS:
         raise ConfigError(f"spend kind must be one of {', '.join(SPEND_KINDS)}, got {kind!r}")
-    now = time.time()
-    rows: list[SpendRecord] = []
+    values: dict[str, float] = {}
     for dimension, amount in amounts.items():
+        # What both databases' JSON readers give back as it was: text, valid
+        # Unicode, no U+0000 (SQLite's would cut the name there).
+        if not isinstance(dimension, str) or not _valid(dimension) or "\x00" in dimension:
+            raise ConfigError(
+                f"a spend dimension is a name (valid text without U+0000), got {dimension!r}"
+            )
         value = float(amount)
         if not math.isfinite(value):
             raise ConfigError(f"spend of {dimension!r} must be a finite number, got {amount!r}")
-        rows.append((task_id, run_id, dimension, value, kind, note, now))
-    return rows
+        values[dimension] = value
+    if not values:
+        return None
+    # Floats as Python writes them, the shortest text that reads back to the same
+    # number: the totals' trigger reads it with the database's JSON reader and adds
+    # the very amount given, as the rows of one per dimension did.
+    return (task_id, run_id, kind, dump(values), note, time.time())
+
+
+def spend_rows_of(rows: Iterable[Iterable[Any]]) -> list[SpendRow]:
+    """
+    A run's spend, one :class:`SpendRow` per dimension, from the rows of the
+    ``spend_rows`` query: ``(source, id, name, amount, kind, at)``, where a row of
+    an earlier version (source 0) holds one dimension (name and amount), and a
+    record (source 1) its amounts as JSON in ``name``, expanded in their order.
+
+    Raises:
+        JournalError: a record's amounts are not the JSON object they were written as.
+    """
+    out: list[SpendRow] = []
+    for _source, row_id, name, amount, kind, at in rows:
+        if amount is not None:
+            out.append(SpendRow(str(name), float(amount), str(kind), float(at)))
+            continue
+        values = load(name, f"spend record {row_id}")
+        if not isinstance(values, dict) or not all(_number(v) for v in values.values()):
+            raise JournalError(
+                f"spend record {row_id} is corrupt in the journal (its amounts are not "
+                "an object of numbers); it is not read as data"
+            )
+        out.extend(SpendRow(str(d), float(v), str(kind), float(at)) for d, v in values.items())
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _valid(text: str) -> bool:

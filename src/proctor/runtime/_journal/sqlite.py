@@ -33,12 +33,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import (
-    AsyncIterator,
-    Callable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
 import aiosqlite
@@ -88,16 +83,14 @@ from proctor.runtime._journal.rows import (
     record_field,
     run_row,
     settle_fence,
-    spend_records,
+    spend_record,
+    spend_rows_of,
     step_params,
     step_record,
     step_refs,
     task_record,
 )
-from proctor.runtime._journal.schema import (
-    SCHEMA_VERSION,
-    SQLITE_MIGRATIONS,
-)
+from proctor.runtime._journal.schema import SCHEMA_VERSION, SQLITE_MIGRATIONS
 from proctor.runtime._journal.sqlite_io import (
     Settle,
     StepWrite,
@@ -142,7 +135,7 @@ class Journal:
     _db: aiosqlite.Connection | None
     _synchronous: Synchronous
     _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True), init=False)
-    # Spend rows (one per dimension) written with the journal's next operation.
+    # Spend records (a row each) written with the journal's next operation.
     _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
     # Effect settlements written with the journal's next operation (the step).
     _settles: list[Settle] = attrs.field(factory=list, init=False)
@@ -1052,7 +1045,7 @@ class Journal:
         defer: bool = False,
     ) -> None:
         """
-        Journal spend: one row per dimension, all in one transaction.
+        Journal spend: one row, all its dimensions' amounts in one column.
 
         Args:
             task_id: the task the spend is charged to.
@@ -1071,10 +1064,10 @@ class Journal:
             ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount
                 is not finite.
         """
-        rows = spend_records(task_id, run_id, amounts, kind, note)
-        if not rows:
+        record = spend_record(task_id, run_id, amounts, kind, note)
+        if record is None:
             return
-        self._deferred.extend(rows)
+        self._deferred.append(record)
         if defer:
             return
         async with self._use(f"add spend of run {run_id}"):
@@ -1091,8 +1084,8 @@ class Journal:
     async def spend_rows(self, run_id: str) -> list[SpendRow]:
         """Return a run's spend rows (every kind) in the order they were written."""
         async with self._use(f"read spend of run {run_id}") as db:
-            rows = await db.execute_fetchall(Sql.spend_rows, (run_id,))
-        return [SpendRow(str(d), float(a), str(k), float(t)) for d, a, k, t in rows]
+            rows = await db.execute_fetchall(Sql.spend_rows, {"run_id": run_id})
+        return spend_rows_of(rows)
 
     # -- processes ----------------------------------------------------------------------
 

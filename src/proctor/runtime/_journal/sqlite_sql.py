@@ -200,11 +200,11 @@ class Sql:
         "run_id": "run_id = :run_id",
     }
 
-    # One row per dimension, all of a record's (and of every deferred record)
-    # in the transaction of the operation that writes them.
+    # One row per record, its amounts in one column; every deferred record in the
+    # transaction of the operation that writes them.
     add_spend = """
-        INSERT INTO spend (task_id, run_id, dimension, amount, kind, note, at)
-        VALUES (?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO spend_records (task_id, run_id, kind, amounts, note, at)
+        VALUES (?, ?, ?, ?, ?, ?)
     """
     # From the running totals (a trigger keeps them with every row), not the rows.
     spend_totals = """
@@ -213,8 +213,13 @@ class Sql:
         GROUP BY dimension ORDER BY dimension
     """
 
+    # The rows of earlier versions (one per dimension) first, then the records
+    # (see ``rows.spend_rows_of``).
     spend_rows = """
-        SELECT dimension, amount, kind, at FROM spend WHERE run_id = ? ORDER BY id
+        SELECT 0, id, dimension, amount, kind, at FROM spend WHERE run_id = :run_id
+        UNION ALL
+        SELECT 1, id, amounts, NULL, kind, at FROM spend_records WHERE run_id = :run_id
+        ORDER BY 1, 2
     """
 
     record_process = """
