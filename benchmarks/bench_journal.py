@@ -22,7 +22,8 @@ steps against a bare spawn, bytes per step, and the loop against a bare transact
   compresses about 2.5x), its journal compacted with ``VACUUM INTO``; the growth from 10 to
   ``BYTES_STEPS`` steps, per step, over the 2,048 bytes each step records.
 - ``floor_step_us()``: the transaction a noop step writes, written bare through
-  aiosqlite (a 2.2 KB step row and five spend rows, ``synchronous=NORMAL``),
+  aiosqlite (a 2.2 KB step row and its two spend records, a reservation and its
+  settlement, each one row with its amounts as JSON; ``synchronous=NORMAL``),
   against which ``bench_loop``'s steady step is held.
 
 Run it through ``python benchmarks/run.py --only journal``, or alone:
@@ -375,21 +376,19 @@ async def _floor(root: Path, steps: int) -> float:
         await db.executescript(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
             "CREATE TABLE steps (id INTEGER PRIMARY KEY, body TEXT);"
-            "CREATE TABLE spend (id INTEGER PRIMARY KEY, dimension TEXT, amount REAL);"
+            "CREATE TABLE spend (id INTEGER PRIMARY KEY, kind TEXT, amounts TEXT);"
+        )
+        reserve = json.dumps({"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0})
+        settle = json.dumps(
+            {"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0, "wall_seconds": 0.1}
         )
         start = time.perf_counter()
         for _ in range(steps):
             await db.execute("BEGIN IMMEDIATE")
             await db.execute("INSERT INTO steps (body) VALUES (?)", (row,))
             await db.executemany(
-                "INSERT INTO spend (dimension, amount) VALUES (?, ?)",
-                [
-                    ("steps", 1.0),
-                    ("tool_calls", 1.0),
-                    ("tool_calls:noop", 1.0),
-                    ("wall_seconds", 0.1),
-                    ("working_seconds", 0.1),
-                ],
+                "INSERT INTO spend (kind, amounts) VALUES (?, ?)",
+                [("reserve", reserve), ("settle", settle)],
             )
             await db.commit()
         return (time.perf_counter() - start) / steps * 1e6

@@ -834,7 +834,7 @@ def _journal(p: Params) -> list[Figure]:
             "Bare aiosqlite transaction of a noop step's rows",
             "µs",
             tuple(floor),
-            note="a 2.2 KB step row and five spend rows, synchronous=NORMAL",
+            note="a 2.2 KB step row and two spend records, synchronous=NORMAL",
         ),
         Figure("journal.loop_step", "Durable loop step (steady state)", "µs", tuple(loop)),
         Figure(

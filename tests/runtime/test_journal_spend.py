@@ -146,6 +146,34 @@ async def test_a_record_reads_back_as_given_its_zeros_and_order_kept(
     }
 
 
+async def test_a_record_names_its_task_only_when_it_is_not_its_run_s(
+    journal: JournalLike,  # noqa: F811
+    target: str,  # noqa: F811
+) -> None:
+    task_id, run_id = await _new_task(journal)
+    await journal.add_spend(task_id, run_id, {"steps": 1.0}, "settle")
+    # Spend charged to another task than the run's is that task's.
+    await journal.add_spend(TASK, run_id, {"steps": 2.0}, "settle", defer=True)
+    assert await journal.spend_totals(task_id) == {"steps": 1.0}
+    assert await journal.spend_totals(TASK) == {"steps": 2.0}
+    assert plain(await journal.spend_rows(run_id)) == [
+        ("steps", 1.0, "settle"),
+        ("steps", 2.0, "settle"),
+    ]
+    sql = f"SELECT count(*) FROM spend_records WHERE run_id = '{run_id}' AND task_id IS NULL"
+    if is_postgres_url(target):
+        conn = await asyncpg.connect(target)
+        try:
+            named = await conn.fetchval(sql)
+        finally:
+            await conn.close()
+    else:
+        with sqlite3.connect(target) as db:
+            named = db.execute(sql).fetchone()[0]
+        db.close()
+    assert named == 1
+
+
 @pytest.mark.parametrize(
     ("amounts", "why"),
     [
@@ -233,7 +261,9 @@ def _as_version_7(source: Path, dest: Path) -> None:
         for table in (*tables, "snapshots", "holders", "blobs"):
             conn.execute(f"INSERT INTO main.{table} SELECT * FROM src.{table}")
         records = conn.execute(
-            "SELECT task_id, run_id, kind, amounts, note, at FROM src.spend_records ORDER BY id"
+            "SELECT coalesce(s.task_id, r.task_id), s.run_id, s.kind, s.amounts, s.note, s.at"
+            " FROM src.spend_records AS s JOIN src.runs AS r ON r.run_id = s.run_id"
+            " ORDER BY s.id"
         ).fetchall()
         assert records
         conn.executemany(

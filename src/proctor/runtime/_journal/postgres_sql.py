@@ -50,14 +50,18 @@ def _put_blobs(first: int, where: str = "") -> str:
 
 
 def spend_rows(first: int) -> str:
-    """The insert of spend records given as six arrays, from parameter ``$first`` on."""
+    """
+    The insert of spend records given as six arrays, from parameter ``$first`` on;
+    a record's task is NULL when it is its run's.
+    """
     arrays = ", ".join(
         f"${first + i}::{kind}[]"
         for i, kind in enumerate(("text", "text", "text", "text", "text", "float8"))
     )
     return f"""
         INSERT INTO spend_records (task_id, run_id, kind, amounts, note, at)
-        SELECT u.task_id, u.run_id, u.kind, u.amounts, u.note, u.at
+        SELECT NULLIF(u.task_id, (SELECT r.task_id FROM runs AS r WHERE r.run_id = u.run_id)),
+               u.run_id, u.kind, u.amounts, u.note, u.at
         FROM unnest({arrays})
             WITH ORDINALITY AS u (task_id, run_id, kind, amounts, note, at, n)
         ORDER BY u.n

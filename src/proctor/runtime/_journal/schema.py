@@ -232,15 +232,16 @@ SQLITE_MIGRATIONS: tuple[SqliteMigration, ...] = (
     ),
     # Spend as one row per record: its amounts, dimension to amount, in one JSON
     # column, which a trigger adds to the running totals dimension by dimension.
-    # The rows of earlier versions (one per dimension, in ``spend``) stay and are
-    # read as they are, their trigger with them, so that a proctor of the version
-    # before that still runs keeps the totals; this one writes none there. Their
-    # index served no read.
+    # The task is NULL when it is the run's (it always is for the controller's
+    # spend): the run says it. The rows of earlier versions (one per dimension, in
+    # ``spend``) stay and are read as they are, their trigger with them, so that a
+    # proctor of the version before that still runs keeps the totals; this one
+    # writes none there. Their index served no read.
     SqliteMigration(
         script="""
         CREATE TABLE IF NOT EXISTS spend_records (
             id      INTEGER PRIMARY KEY,
-            task_id TEXT NOT NULL REFERENCES tasks (task_id),
+            task_id TEXT REFERENCES tasks (task_id),
             run_id  TEXT NOT NULL REFERENCES runs (run_id),
             kind    TEXT NOT NULL,
             amounts TEXT NOT NULL,
@@ -250,8 +251,9 @@ SQLITE_MIGRATIONS: tuple[SqliteMigration, ...] = (
         CREATE TRIGGER IF NOT EXISTS spend_record_running AFTER INSERT ON spend_records
         BEGIN
             INSERT INTO spend_totals (task_id, kind, dimension, total)
-            SELECT new.task_id, new.kind, a.key, a.value FROM json_each(new.amounts) AS a
-            WHERE true
+            SELECT coalesce(new.task_id, (SELECT task_id FROM runs WHERE run_id = new.run_id)),
+                   new.kind, a.key, a.value
+            FROM json_each(new.amounts) AS a WHERE true
             ON CONFLICT (task_id, kind, dimension) DO UPDATE SET total = total + excluded.total;
         END;
         DROP INDEX IF EXISTS spend_by_task;
@@ -470,12 +472,13 @@ PG_MIGRATIONS: tuple[str, ...] = (
     FOR EACH ROW EXECUTE FUNCTION proctor_spend_running();
     """,
     # Spend as one row per record, its amounts in one JSON column that the trigger
-    # adds dimension by dimension; the rows of earlier versions stay, read as they are.
-    # The column is text, not jsonb: jsonb would reorder the dimensions.
+    # adds dimension by dimension, its task NULL when it is the run's; the rows of
+    # earlier versions stay, read as they are. The amounts are text, not jsonb:
+    # jsonb would reorder the dimensions.
     """
     CREATE TABLE IF NOT EXISTS spend_records (
         id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        task_id text COLLATE "C" NOT NULL REFERENCES tasks (task_id),
+        task_id text COLLATE "C" REFERENCES tasks (task_id),
         run_id  text COLLATE "C" NOT NULL REFERENCES runs (run_id),
         kind    text NOT NULL,
         amounts text NOT NULL,
@@ -486,7 +489,8 @@ PG_MIGRATIONS: tuple[str, ...] = (
     LANGUAGE plpgsql AS $$
     BEGIN
         INSERT INTO spend_totals (task_id, kind, dimension, total)
-        SELECT NEW.task_id, NEW.kind, a.key, a.value::float8
+        SELECT coalesce(NEW.task_id, (SELECT r.task_id FROM runs AS r WHERE r.run_id = NEW.run_id)),
+               NEW.kind, a.key, a.value::float8
         FROM json_each_text(NEW.amounts::json) AS a
         ON CONFLICT (task_id, kind, dimension)
         DO UPDATE SET total = spend_totals.total + excluded.total;

@@ -200,11 +200,11 @@ class Sql:
         "run_id": "run_id = :run_id",
     }
 
-    # One row per record, its amounts in one column; every deferred record in the
-    # transaction of the operation that writes them.
+    # One row per record, its amounts in one column, its task NULL when it is the
+    # run's; every deferred record in the transaction of the operation that writes them.
     add_spend = """
         INSERT INTO spend_records (task_id, run_id, kind, amounts, note, at)
-        VALUES (?, ?, ?, ?, ?, ?)
+        VALUES (nullif(?1, (SELECT task_id FROM runs WHERE run_id = ?2)), ?2, ?3, ?4, ?5, ?6)
     """
     # From the running totals (a trigger keeps them with every row), not the rows.
     spend_totals = """
