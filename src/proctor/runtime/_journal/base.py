@@ -237,7 +237,7 @@ class EffectRow:
 @attrs.frozen
 class SpendRow:
     """
-    One row of a run's spend ledger.
+    One dimension of one record of a run's spend ledger.
 
     Args:
         dimension: what was spent (``steps``, ``tokens_in``, ``cost_usd``,

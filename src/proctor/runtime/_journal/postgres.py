@@ -980,7 +980,8 @@ class PgJournal:
         with the journal's next operation (see :meth:`Journal.add_spend`).
 
         Raises:
-            ConfigError: ``kind`` is not a spend kind, or an amount is not finite.
+            ConfigError: ``kind`` is not a spend kind, a dimension is not a name, or an
+                amount is not finite.
         """
         record = spend_record(task_id, run_id, amounts, kind, note)
         if record is None:

@@ -1061,8 +1061,8 @@ class Journal:
                 rows: the step that follows is written with them.
 
         Raises:
-            ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, or an amount
-                is not finite.
+            ConfigError: ``kind`` is not one of :data:`SPEND_KINDS`, a dimension is
+                not a name (valid text without U+0000), or an amount is not finite.
         """
         record = spend_record(task_id, run_id, amounts, kind, note)
         if record is None:
