@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -242,7 +243,10 @@ class CommandCheck:
         exit_code: int | None = None
         started = time.monotonic()
         report = Path(snapshot, self.junit) if self.junit is not None else None
-        if report is not None:
+        sandbox = context.sandbox if context is not None else None
+        # Over an overlay the verifier hid a stale report already (``snapshot`` is
+        # the upper directory, which holds only what this command writes).
+        if report is not None and (sandbox is None or sandbox.lower is None):
             try:
                 report.unlink(missing_ok=True)
             except OSError as exc:
@@ -252,7 +256,6 @@ class CommandCheck:
         if self.runs_pytest:
             results = Path(tempfile.mkdtemp(prefix="pytest-report-"))
             extra["PYTEST_ADDOPTS"] = pytest_addopts(results / "report.xml")
-        sandbox = context.sandbox if context is not None else None
         launched: Launch | None = None
         spawn: list[str] = list(argv)
         cwd = snapshot
@@ -291,7 +294,8 @@ class CommandCheck:
             tests: dict[str, str] = {}
             if results is not None and "not_started" not in findings:
                 try:
-                    tests = dict(parse_junit(results / "report.xml", root=snapshot))
+                    root = sandbox.lower if sandbox is not None and sandbox.lower else snapshot
+                    tests = dict(parse_junit(results / "report.xml", root=root))
                 except JUnitError as exc:
                     notes.append(f"no per-test results: {exc}")
                     findings.append("junit_missing")
@@ -456,7 +460,11 @@ def _failing_tests(
 ) -> tuple[str, ...]:
     """Read the names of the failing test cases from a JUnit XML report."""
     try:
-        size = report.stat().st_size
+        found = report.stat()
+        if not stat.S_ISREG(found.st_mode):
+            # An overlay's whiteout: the stale report hidden, no new one written.
+            raise FileNotFoundError(report)
+        size = found.st_size
     except FileNotFoundError:
         notes.append(f"the JUnit report {name} was not written")
         findings.append("junit_missing")

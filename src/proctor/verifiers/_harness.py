@@ -517,25 +517,33 @@ def restore(copy: Path, patterns: Sequence[str], files: Mapping[str, Mapping[str
         target.chmod(0o755 if item.get("exec") else 0o644)
 
 
-def escaping_links(root: Path, ignore: Sequence[str] = DEFAULT_IGNORE) -> list[str]:
+def escaping_links(
+    root: Path, ignore: Sequence[str] = DEFAULT_IGNORE, links: Iterable[str] | None = None
+) -> list[str]:
     """
     List the symlinks under ``root`` whose target is outside it (or cannot be resolved).
 
     Args:
         root: a frozen candidate.
         ignore: paths that are not part of the candidate.
+        links: the symlinks' relative paths, when a walk already found them
+            (None: walk ``root``).
 
     Returns:
         ``"path -> target"`` for each, sorted.
     """
     real_root = Path(os.path.realpath(root))
     found: list[str] = []
-    for rel, entry in _walk(root, _compile(tuple(ignore))):
-        if not entry.is_symlink():
-            continue
-        target = os.readlink(entry.path)
+    if links is None:
+        links = [rel for rel, entry in _walk(root, _compile(tuple(ignore))) if entry.is_symlink()]
+    for rel in links:
+        path = os.path.join(root, rel)
         try:
-            resolved = Path(os.path.realpath(entry.path, strict=False))
+            target = os.readlink(path)
+        except OSError:
+            continue  # no longer a link: a moved candidate, which the pin catches
+        try:
+            resolved = Path(os.path.realpath(path, strict=False))
         except OSError:  # a loop
             found.append(f"{rel} -> {target}")
             continue

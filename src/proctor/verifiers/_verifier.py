@@ -9,6 +9,7 @@ is about exactly the tree it checked.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._harness import escaping_links, restore
 from proctor.verifiers._index import Node
 from proctor.verifiers._more_checks import Check, CheckContext, JudgeCheck, ScopeCheck
+from proctor.verifiers._pin import CandidateMoved, Pin, prepare_upper
 
 __all__ = (
     "AbandonVerify",
@@ -53,6 +55,9 @@ class VerifyRequest:
             (:func:`~proctor.verifiers._candidate.freeze_known`): the verifier's
             digest reads only the files whose stat signature is not the one
             recorded.
+        pin: the candidate is verified in place: ``snapshot`` is the workspace
+            itself, held still by the pin (:mod:`proctor.verifiers._pin`), and
+            is left as it is.
     """
 
     ref: int
@@ -61,6 +66,7 @@ class VerifyRequest:
     checks: tuple[Check, ...]
     context: CheckContext
     known: Mapping[str, Node] = attrs.field(factory=dict)
+    pin: Pin | None = None
 
 
 @attrs.frozen
@@ -83,13 +89,16 @@ class VerifyResult:
     The evidence for one request, bound to ``digest``, the snapshot's own digest.
 
     ``abandoned``: the request was abandoned before every check ran (no evidence
-    is bound then: ``digest`` is empty).
+    is bound then: ``digest`` is empty). ``moved``: the candidate was pinned in
+    place and the workspace changed while it was judged (no evidence either:
+    verify it again from a copy).
     """
 
     ref: int
     digest: str
     evidence: tuple[Evidence, ...]
     abandoned: bool = False
+    moved: bool = False
 
 
 def _remove(path: Path) -> None:
@@ -102,6 +111,23 @@ def _order(check: Check) -> int:
     if isinstance(check, ScopeCheck):
         return 0
     return 2 if isinstance(check, JudgeCheck) else 1
+
+
+def _fresh_upper(pin: Pin, check: CommandCheck, context: CheckContext) -> Path:
+    """
+    The upper directory of one command check's overlay over the pinned workspace:
+    the ignored paths hidden, the protected and harness files the baseline's.
+
+    Made in the system's temporary directory; remove its parent when done.
+    """
+    upper = Path(tempfile.mkdtemp(prefix="proctor-check-")) / "tree"
+    upper.mkdir()
+    workspace = context.sandbox.inside if context.sandbox is not None else pin.root
+    patterns = (*context.protected, *check.harness_patterns(workspace))
+    candidate = context.candidate.paths() if context.candidate is not None else ()
+    stale = [check.junit] if check.junit and os.path.lexists(pin.root / check.junit) else []
+    prepare_upper(upper, pin, patterns, candidate, context.baseline_files, stale)
+    return upper
 
 
 def _fresh_copy(snapshot: Path, check: CommandCheck, context: CheckContext, *, own: bool) -> Path:
@@ -144,6 +170,7 @@ async def verify_snapshot(
     baseline: bool = False,
     known: Mapping[str, Node] | None = None,
     consume: bool = False,
+    pin: Pin | None = None,
 ) -> tuple[str, tuple[Evidence, ...]]:
     """
     Judge one frozen candidate: its digest first, then its validity and scope, then the checks.
@@ -164,15 +191,29 @@ async def verify_snapshot(
         consume: the snapshot is removed afterwards, so the last check, when it
             is a command check, may run in it instead of a copy (otherwise the
             snapshot is left as it was).
+        pin: ``snapshot`` is the workspace, pinned (its manifest is the
+            candidate's tree and digest): each command check sees it through an
+            overlay of its own, nothing is copied, and the pin is checked after
+            the last check.
 
     Returns:
         The snapshot's digest and the evidence, one per check.
+
+    Raises:
+        CandidateMoved: with ``pin``, the workspace changed while it was judged.
     """
-    hasher = snapshot_hasher(snapshot, context.ignore, known)
-    digest = await anyio.to_thread.run_sync(hasher.digest)
-    # The scope and file checks read the tree just hashed, not the disk again.
-    context = attrs.evolve(context, candidate=hasher.manifest())
-    links = await anyio.to_thread.run_sync(escaping_links, snapshot, context.ignore)
+    links: list[str]
+    if pin is not None and pin.manifest is not None:
+        digest = pin.manifest.digest
+        context = attrs.evolve(context, candidate=pin.manifest)
+        links = await anyio.to_thread.run_sync(escaping_links, snapshot, context.ignore, pin.links)
+    else:
+        pin = None
+        hasher = snapshot_hasher(snapshot, context.ignore, known)
+        digest = await anyio.to_thread.run_sync(hasher.digest)
+        # The scope and file checks read the tree just hashed, not the disk again.
+        context = attrs.evolve(context, candidate=hasher.manifest())
+        links = await anyio.to_thread.run_sync(escaping_links, snapshot, context.ignore)
     if links:
         reason = "a symlink leaves the workspace: " + ", ".join(links[:5])
         log.info("verifier.invalid_candidate", digest=digest, links=links[:5])
@@ -181,7 +222,15 @@ async def verify_snapshot(
     ordered = sorted(checks, key=_order)
     for index, check in enumerate(ordered):
         here = attrs.evolve(context, evidence=tuple(evidence))
-        if isinstance(check, CommandCheck):
+        if isinstance(check, CommandCheck) and pin is not None and context.sandbox is not None:
+            upper = await anyio.to_thread.run_sync(_fresh_upper, pin, check, context)
+            over = attrs.evolve(here, sandbox=attrs.evolve(context.sandbox, lower=pin.root))
+            try:
+                found = await check.run_check(upper, digest, contract_version, over)
+            finally:
+                with anyio.move_on_after(30, shield=True):
+                    await anyio.to_thread.run_sync(_remove, upper.parent)
+        elif isinstance(check, CommandCheck):
             own = consume and index == len(ordered) - 1
             copy = await anyio.to_thread.run_sync(
                 functools.partial(_fresh_copy, snapshot, check, context, own=own)
@@ -195,6 +244,9 @@ async def verify_snapshot(
         else:
             found = await check.run_check(snapshot, digest, contract_version, here)
         evidence.append(attrs.evolve(found, baseline=True) if baseline else found)
+    if pin is not None and await anyio.to_thread.run_sync(pin.moved):
+        log.info("verifier.candidate_moved", digest=digest)
+        raise CandidateMoved(f"the workspace changed while candidate {digest[:12]} was verified")
     return digest, tuple(evidence)
 
 
@@ -221,6 +273,7 @@ async def _judge(
 ) -> VerifyResult:
     """Judge one request, unless the controller abandons it meanwhile."""
     found: list[tuple[str, tuple[Evidence, ...]]] = []
+    moved: list[CandidateMoved] = []
     async with anyio.create_task_group() as tg:
 
         async def judge() -> None:
@@ -232,14 +285,19 @@ async def _judge(
                         request.checks,
                         request.context,
                         known=request.known,
-                        consume=True,
+                        consume=request.pin is None,
+                        pin=request.pin,
                     )
                 )
+            except CandidateMoved as exc:
+                moved.append(exc)
             finally:
-                with anyio.move_on_after(30, shield=True):
-                    await anyio.to_thread.run_sync(_remove, request.snapshot)
-                    if request.snapshot.parent.name.startswith("proctor-candidate-"):
-                        await anyio.to_thread.run_sync(_remove, request.snapshot.parent)
+                # A pinned candidate is the workspace itself: it is never removed.
+                if request.pin is None:
+                    with anyio.move_on_after(30, shield=True):
+                        await anyio.to_thread.run_sync(_remove, request.snapshot)
+                        if request.snapshot.parent.name.startswith("proctor-candidate-"):
+                            await anyio.to_thread.run_sync(_remove, request.snapshot.parent)
             tg.cancel_scope.cancel()
 
         async def listen() -> None:
@@ -253,6 +311,8 @@ async def _judge(
 
         tg.start_soon(judge)
         tg.start_soon(listen)
+    if moved:
+        return VerifyResult(request.ref, "", (), moved=True)
     if not found:
         return VerifyResult(request.ref, "", (), abandoned=True)
     digest, evidence = found[0]

@@ -100,6 +100,7 @@ from proctor.verifiers._candidate import TreeHasher, freeze_known, snapshot_dire
 from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._index import Manifest, Node
 from proctor.verifiers._more_checks import CheckContext
+from proctor.verifiers._pin import pin_candidate
 from proctor.verifiers._verifier import AbandonVerify, VerifierInbound, VerifyRequest, VerifyResult
 
 __all__ = (
@@ -918,22 +919,43 @@ class Controller(Endings, OperatorNotes, OwnCalls):
 
     # -- verification -----------------------------------------------------------------
 
-    async def _verify(self, report: bool = True) -> None:
+    async def _verify(self, report: bool = True, *, in_place: bool = True) -> None:
         """
         Freeze the candidate and have the verifier judge it.
+
+        Where it can, the candidate is pinned in place instead of copied
+        (:mod:`proctor.verifiers._pin`); a workspace that changed meanwhile is
+        judged again from a copy.
 
         Args:
             report: tell the actor the verdict (it asked for it); a wrap-up
                 verification that the actor did not ask for reports nothing.
+            in_place: try the pin (False: copy).
         """
+        # Pinned before the digest is taken: any change after the pin shows at its check.
+        pin = None
+        if in_place:
+            pin = await anyio.to_thread.run_sync(
+                pin_candidate,
+                self.task.workspace,
+                self.task.ignore,
+                self.task.all_checks(),
+                self.check_context.sandbox,
+                self.task.limits.snapshot_bytes,
+            )
         current = await self._digest(full=True)
         self.judge.observe_candidate(current)
         if await self._judged_already(current, report):
             return
-        frozen = await self._freeze(report)
-        if frozen is None:
-            return
-        snapshot, known = frozen
+        snapshot: Path = self.task.workspace
+        known: dict[str, Node] = {}
+        if pin is not None:
+            pin = attrs.evolve(pin, manifest=self.hasher.manifest())
+        else:
+            frozen = await self._freeze(report)
+            if frozen is None:
+                return
+            snapshot, known = frozen
         ref = self._next_ref()
         request = VerifyRequest(
             ref,
@@ -948,12 +970,14 @@ class Controller(Endings, OperatorNotes, OwnCalls):
                 ignore=self.task.ignore,
             ),
             known,
+            pin,
         )
         try:
             await self.to_verifier.send(request)
         except BaseException:
             # Never handed over: the verifier will not remove it.
-            await _remove_snapshot(snapshot)
+            if pin is None:
+                await _remove_snapshot(snapshot)
             raise
 
         async def abandon() -> None:
@@ -965,6 +989,11 @@ class Controller(Endings, OperatorNotes, OwnCalls):
             await self._observe(
                 ObservationKind.VERDICT, "verification abandoned: the run is being stopped"
             )
+            return
+        if result.moved:
+            # Something wrote to the workspace while it was judged in place: judge a copy.
+            log.info("controller.candidate_moved", candidate=current)
+            await self._verify(report, in_place=False)
             return
         await self._bind(result, report)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -77,9 +78,11 @@ from proctor.verifiers._candidate import (
     snapshot_directory,
 )
 from proctor.verifiers._checks import CommandCheck
+from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._harness import collect_files
 from proctor.verifiers._index import Manifest
 from proctor.verifiers._more_checks import CheckContext, ScopeCheck
+from proctor.verifiers._pin import CandidateMoved, pin_candidate
 from proctor.verifiers._verifier import VerifierInbound, run_verifier, verify_snapshot
 
 __all__ = (
@@ -348,6 +351,7 @@ async def _baseline_evidence(
     sandbox: SandboxSpec,
     files: Mapping[str, Mapping[str, Any]],
     baseline: Manifest,
+    hasher: TreeHasher,
 ) -> dict[str, dict[str, str]]:
     """
     Run the checks that report per-test results on the baseline, before the actor's
@@ -356,30 +360,55 @@ async def _baseline_evidence(
     checks = tuple(c for c in task.checks if isinstance(c, CommandCheck) and c.runs_pytest)
     if not checks:
         return {}
-    snapshot = await anyio.to_thread.run_sync(snapshot_directory, task.workspace) / "tree"
-    try:
-        known = await anyio.to_thread.run_sync(
-            freeze_known, task.workspace, snapshot, task.ignore, None, baseline
-        )
-        context = CheckContext(
-            baseline=baseline,
-            protected=task.protected,
-            ignore=task.ignore,
-            sandbox=sandbox,
-            baseline_files=files,
-        )
-        _, evidence = await verify_snapshot(
-            snapshot,
-            task.contract_version,
-            checks,
-            context,
-            baseline=True,
-            known=known,
-            consume=True,
-        )
-    finally:
-        with anyio.move_on_after(30, shield=True):
-            await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
+    context = CheckContext(
+        baseline=baseline,
+        protected=task.protected,
+        ignore=task.ignore,
+        sandbox=sandbox,
+        baseline_files=files,
+    )
+    evidence: tuple[Evidence, ...] = ()
+    pin = await anyio.to_thread.run_sync(
+        pin_candidate, task.workspace, task.ignore, checks, sandbox, None
+    )
+    if (
+        pin is not None
+        and await anyio.to_thread.run_sync(functools.partial(hasher.digest, full=True))
+        != baseline.digest
+    ):
+        pin = None  # changed since the baseline was hashed: a copy freezes what is there
+    if pin is not None:
+        # In place, as a candidate is: hashed again after the pin, so a change
+        # since shows at the pin's check (and the baseline is then judged on a copy).
+        try:
+            _, evidence = await verify_snapshot(
+                task.workspace,
+                task.contract_version,
+                checks,
+                context,
+                baseline=True,
+                pin=attrs.evolve(pin, manifest=baseline),
+            )
+        except CandidateMoved:
+            pin = None
+    if pin is None:
+        snapshot = await anyio.to_thread.run_sync(snapshot_directory, task.workspace) / "tree"
+        try:
+            known = await anyio.to_thread.run_sync(
+                freeze_known, task.workspace, snapshot, task.ignore, None, baseline
+            )
+            _, evidence = await verify_snapshot(
+                snapshot,
+                task.contract_version,
+                checks,
+                context,
+                baseline=True,
+                known=known,
+                consume=True,
+            )
+        finally:
+            with anyio.move_on_after(30, shield=True):
+                await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
     found: dict[str, dict[str, str]] = {}
     for ev in evidence:
         await journal.add_evidence(run_id, task_id, to_jsonable(ev))
@@ -415,7 +444,9 @@ async def capture_baseline(
         task.ignore,
         manifest.paths(),
     )
-    tests = await _baseline_evidence(task, journal, run_id, task_id, sandbox, files, manifest)
+    tests = await _baseline_evidence(
+        task, journal, run_id, task_id, sandbox, files, manifest, hasher
+    )
     extra: dict[str, Any] = {"files": files, "tests": tests}
     if any(isinstance(check, ScopeCheck) for check in task.all_checks()):
         packed = await anyio.to_thread.run_sync(manifest.to_bytes)

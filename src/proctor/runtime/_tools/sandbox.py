@@ -50,6 +50,7 @@ from proctor._errors import ConfigError, SandboxUnavailableError
 __all__ = (
     "DEFAULT_HIDDEN",
     "ENV_ALLOWLIST",
+    "OVERLAY_UNSAFE",
     "PRESTART_LINE_LIMIT",
     "SANDBOX_HOME",
     "SYSTEM_DIRS",
@@ -59,6 +60,8 @@ __all__ = (
     "command_line",
     "launch",
     "limit_note",
+    "overlay_available",
+    "overlay_dirs",
     "prestart",
     "python_binds",
     "sandbox_available",
@@ -192,6 +195,9 @@ class SandboxSpec:
         use_cgroup: bound ``max_processes`` with a pids cgroup when one can be made.
         system_dirs: host directories bound read-only.
         default_hidden: paths always covered.
+        lower: a directory seen read-only beneath ``writable`` (an overlay:
+            ``writable`` is its upper directory and receives every write, the
+            union appears at ``mount_at``); only where :func:`overlay_available`.
 
     Raises:
         ConfigError: a limit that is not a whole number > 0, an unknown mode or
@@ -215,6 +221,7 @@ class SandboxSpec:
     use_cgroup: bool = True
     system_dirs: tuple[str, ...] = attrs.field(default=SYSTEM_DIRS, converter=_to_names)
     default_hidden: tuple[str, ...] = attrs.field(default=DEFAULT_HIDDEN, converter=_to_names)
+    lower: Path | None = attrs.field(default=None, converter=_to_optional_path)
 
     @property
     def inside(self) -> Path:
@@ -260,6 +267,86 @@ def sandbox_available() -> str | None:
             return None
         detail = probe.stdout.decode("utf-8", "replace").strip() or f"exit {probe.returncode}"
     return f"bubblewrap cannot make a sandbox here ({detail}). {_userns_hint()}"
+
+
+OVERLAY_UNSAFE: Final = frozenset(",:\\\n")
+"""Characters an overlay's paths may not hold (its mount options cannot escape them)."""
+
+# Mounts the overlay in a private mount namespace, then becomes the sandbox
+# launcher: $0 the mount point, $1 the options, the rest bubblewrap's argv.
+_OVERLAY_MOUNT: Final = 'mount -t overlay overlay -o "$1" "$0" || exit 125; shift; exec "$@"'
+
+
+def overlay_dirs(upper: Path) -> tuple[Path, Path]:
+    """The overlay's work directory and mount point for the upper directory ``upper``."""
+    return upper.with_name(upper.name + ".work"), upper.with_name(upper.name + ".merged")
+
+
+def _overlay_prefix(lower: Path, upper: Path) -> list[str]:
+    work, merged = overlay_dirs(upper)
+    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    return [
+        shutil.which("unshare") or "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        _OVERLAY_MOUNT,
+        str(merged),
+        options,
+    ]
+
+
+@functools.cache
+def overlay_available() -> str | None:
+    """
+    Return None when a check's sandbox can see the workspace through an overlay
+    (:attr:`SandboxSpec.lower`), else why not.
+
+    It needs root (the overlay is mounted in a private mount namespace before
+    bubblewrap starts), ``unshare`` and ``mount``, and a kernel that mounts an
+    overlay with a whiteout in its upper directory. The first call mounts one
+    (a few milliseconds, blocking); the answer is cached.
+    """
+    if os.geteuid() != 0:
+        return "the overlay needs root (checks then run on a copy of the candidate)"
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return "unshare and mount (util-linux) are not installed"
+    if sandbox_available() is not None:
+        return "bubblewrap cannot make a sandbox here"
+    with tempfile.TemporaryDirectory(prefix="proctor-probe-") as tmp:
+        lower, upper = Path(tmp, "lower"), Path(tmp, "upper")
+        lower.mkdir()
+        upper.mkdir()
+        (lower / "kept").write_bytes(b"")
+        (lower / "hidden").write_bytes(b"")
+        for made in overlay_dirs(upper):
+            made.mkdir()
+        try:
+            os.mknod(upper / "hidden", 0o20600, os.makedev(0, 0))
+            probe = subprocess.run(
+                [
+                    *_overlay_prefix(lower, upper),
+                    "/bin/sh",
+                    "-c",
+                    'test -e "$0/kept" && ! test -e "$0/hidden" && : > "$0/new"',
+                    str(overlay_dirs(upper)[1]),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={"PATH": _DEFAULT_PATH},
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the overlay probe could not run: {exc}"
+        if probe.returncode != 0 or (lower / "new").exists() or not (upper / "new").exists():
+            detail = probe.stdout.decode("utf-8", "replace").strip() or f"exit {probe.returncode}"
+            return f"an overlay cannot be mounted here ({detail})"
+    return None
 
 
 def _read_sysctl(path: str) -> str | None:
@@ -445,12 +532,26 @@ def wrap(
         raise ConfigError("sandbox: an empty command; give a program to run")
     limits = _limit_argv(spec)
     if spec.mode == "off":
+        if spec.lower is not None:
+            raise ConfigError(
+                "sandbox: an overlay (lower) needs mode auto; with mode off give a copy"
+            )
         return [*limits, *argv]
     env = sandbox_env(spec, os.environ if host_env is None else host_env)
     writable = Path(os.path.realpath(spec.writable))
     if not writable.is_dir():
         raise ConfigError(f"sandbox: the writable directory {writable} does not exist")
     inside = spec.inside
+    source, shown, prefix = writable, writable, []
+    if spec.lower is not None:
+        shown = Path(os.path.realpath(spec.lower))
+        if OVERLAY_UNSAFE.intersection(f"{shown}{writable}"):
+            raise ConfigError(
+                f"sandbox: an overlay of {shown} on {writable}: a path holds ',', ':', '\\'"
+                " or a newline, which its mount options cannot"
+            )
+        prefix = _overlay_prefix(shown, writable)
+        source = overlay_dirs(writable)[1]
     b: list[str] = [shutil.which("bwrap") or "bwrap"]
     b += ["--unshare-all", "--unshare-user", "--disable-userns"]
     if spec.network == "host":
@@ -481,7 +582,7 @@ def wrap(
         for p in spec.ro_binds
         if os.path.exists(p)
     ]
-    binds.append((writable, inside, True))
+    binds.append((source, inside, True))
     for extra in spec.extra_writable:
         real = Path(os.path.realpath(extra))
         binds.append((real, real, True))
@@ -489,13 +590,13 @@ def wrap(
         b += ["--bind" if rw else "--ro-bind", str(source), str(target)]
         visible.append(target)
     # 4. Hidden paths, after every bind, so they win even inside the workspace.
-    b += _hide_args(spec, visible, writable, inside)
+    b += _hide_args(spec, visible, shown, inside)
     # 5. The root read-only: writes outside the writable directories fail.
     b += ["--remount-ro", "/", "--clearenv"]
     for key, value in sorted(env.items()):
         b += ["--setenv", key, value]
     b += ["--chdir", os.fspath(cwd), "--"]
-    return [*limits, *b, *argv]
+    return [*limits, *prefix, *b, *argv]
 
 
 def _hide_args(spec: SandboxSpec, visible: list[Path], writable: Path, inside: Path) -> list[str]:
@@ -773,6 +874,9 @@ def launch(
         reason = sandbox_available()
         if reason is not None:
             raise SandboxUnavailableError(reason)
+        if spec.lower is not None:
+            for made in overlay_dirs(Path(os.path.realpath(spec.writable))):
+                made.mkdir(exist_ok=True)
         cmd = wrap(argv, spec, where, host_env=henv)
         env = dict(marker_env or {})
         host_cwd = Path(os.path.realpath(spec.writable))

@@ -1,0 +1,276 @@
+"""
+Verifying a candidate in place: the workspace held still instead of copied.
+
+A copy of a 27,000-file tree costs seconds to make and seconds to remove. Where
+the checks' sandbox can mount an overlay (``SandboxSpec.lower``), a command
+check sees the workspace itself as a read-only lower layer, its own writes going
+to a private upper directory that holds only what it changed; nothing is copied.
+
+What makes that sound is the pin: before the candidate's digest is taken, every
+directory and entry of the workspace is stat'ed (a directory before it is
+listed) and the stat fingerprints, ctime among them, are hashed together. After
+the checks the same walk is made again. ctime cannot be set back by any call, so
+a write, a rename, an entry added and removed again, or a file rewritten and its
+mtime restored, anywhere in the tree and at any moment in between, gives another
+signature: then nothing the checks saw is trusted (:class:`CandidateMoved`) and
+the candidate is verified again from a copy. A pin is taken only when no entry
+changed within the racy window before it (two changes within one timestamp tick
+could leave one signature).
+
+What an overlay shows a check is made to be exactly what a copy would hold: the
+ignored paths and special files of the workspace are hidden (whiteouts in the
+upper directory: a planted ``__pycache__/*.pyc`` is not there), and the protected
+and harness files are the baseline's (the candidate's removed, the baseline's
+written into the upper directory), as :func:`~proctor.verifiers._harness.restore`
+makes them in a copy.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from proctor.runtime._tools.sandbox import OVERLAY_UNSAFE, SandboxSpec, overlay_available
+from proctor.verifiers._candidate import _compile, _timestamp_window, fingerprint
+from proctor.verifiers._checks import CommandCheck
+from proctor.verifiers._index import Manifest
+from proctor.verifiers._more_checks import Check
+
+__all__ = ("CandidateMoved", "Pin", "pin_candidate", "pin_tree", "prepare_upper")
+
+# The mode of an overlay whiteout: a character device 0/0.
+_WHITEOUT = stat.S_IFCHR | 0o600
+
+
+class CandidateMoved(Exception):
+    """The workspace changed while a candidate pinned in it was verified."""
+
+
+@attrs.frozen(eq=False)
+class Pin:
+    """
+    A workspace held in place for one verification.
+
+    Args:
+        root: the workspace.
+        ignore: the patterns its tree is hashed with.
+        signature: the hash of every entry's stat fingerprint, taken by :func:`pin_tree`.
+        hidden: relative paths of the ignored entries and special files (a check's
+            view hides them).
+        links: relative paths of the symlinks (the verifier checks where they lead).
+        size: the regular files' apparent sizes, summed.
+        manifest: the candidate's tree as the controller hashed it after the pin;
+            its digest is what evidence is bound to.
+    """
+
+    root: Path
+    ignore: tuple[str, ...]
+    signature: bytes
+    hidden: tuple[str, ...]
+    links: tuple[str, ...]
+    size: int = 0
+    manifest: Manifest | None = None
+
+    def moved(self) -> bool:
+        """Whether anything in the workspace changed since the pin (a walk of stat calls)."""
+        again = _signature(self.root, self.ignore)
+        return again is None or again.signature != self.signature
+
+
+@attrs.frozen
+class _Walked:
+    signature: bytes
+    hidden: tuple[str, ...]
+    links: tuple[str, ...]
+    size: int
+    newest: int
+
+
+def _signature(root: Path, ignore: Sequence[str]) -> _Walked | None:
+    """
+    Walk ``root``: the stat signature of its tree, its hidden entries, its
+    symlinks, its files' size and the newest timestamp met; None when an entry
+    vanished meanwhile.
+    """
+    matcher = _compile(tuple(ignore))
+    top = os.fspath(root)
+    marks: list[tuple[str, bytes]] = []
+    hidden: list[str] = []
+    links: list[str] = []
+    newest = size = 0
+    stack = [""]
+    try:
+        while stack:
+            rel = stack.pop()
+            path = os.path.join(top, rel) if rel else top
+            # Before the listing: an entry added after this stat moves the directory's ctime.
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                return None
+            marks.append((rel + "/", fingerprint(st)))
+            newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+            with os.scandir(path) as it:
+                entries = list(it)
+            for entry in entries:
+                child = f"{rel}/{entry.name}" if rel else entry.name
+                if matcher.matches_self(child, entry.name):
+                    hidden.append(child)
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(child)
+                    continue
+                est = entry.stat(follow_symlinks=False)
+                newest = max(newest, est.st_mtime_ns, est.st_ctime_ns)
+                marks.append((child, fingerprint(est)))
+                if stat.S_ISLNK(est.st_mode):
+                    links.append(child)
+                elif stat.S_ISREG(est.st_mode):
+                    size += est.st_size
+                else:
+                    hidden.append(child)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    marks.sort()
+    h = hashlib.blake2b(digest_size=32)
+    for rel, mark in marks:
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + mark)
+    return _Walked(h.digest(), tuple(sorted(hidden)), tuple(sorted(links)), size, newest)
+
+
+def pin_tree(
+    root: Path, ignore: Sequence[str], *, clock: Any = time.time_ns, sleep: Any = time.sleep
+) -> Pin | None:
+    """
+    Pin a workspace for verification in place, or None when it cannot be held.
+
+    None when an entry vanished during the walk, or when something changed within
+    the file system's racy window before the pin and again after waiting that
+    window out once (the tree is being written to).
+
+    Args:
+        root: the workspace.
+        ignore: the patterns its tree is hashed with.
+        clock: the wall clock in nanoseconds; ``sleep`` waits seconds (tests move them).
+    """
+    window = int(_timestamp_window(os.fspath(root)) * 1e9)
+    for attempt in range(2):
+        started = clock()
+        found = _signature(root, ignore)
+        if found is None:
+            return None
+        if found.newest < started - window:
+            return Pin(
+                Path(root), tuple(ignore), found.signature, found.hidden, found.links, found.size
+            )
+        if attempt == 0:
+            sleep(max(0, found.newest + window - started) / 1e9 + 0.01)
+    return None
+
+
+def pin_candidate(
+    root: Path,
+    ignore: Sequence[str],
+    checks: Iterable[Check],
+    sandbox: SandboxSpec | None,
+    max_bytes: int | None,
+) -> Pin | None:
+    """
+    Pin the workspace when its candidate can be verified in place, else None
+    (then it is frozen into a copy, as before).
+
+    In place needs, for any command check, the checks' sandbox with overlays
+    (:func:`~proctor.runtime._tools.sandbox.overlay_available`); a workspace path
+    the overlay's options can hold; a tree that holds still (:func:`pin_tree`);
+    and files within ``max_bytes`` (a larger candidate takes the copy's path,
+    which refuses it).
+    """
+    if any(isinstance(check, CommandCheck) for check in checks) and (
+        sandbox is None or sandbox.mode != "auto" or overlay_available() is not None
+    ):
+        return None
+    if OVERLAY_UNSAFE.intersection(os.fspath(os.path.realpath(root))):
+        return None
+    pin = pin_tree(Path(os.path.realpath(root)), ignore)
+    if pin is None or (max_bytes is not None and pin.size > max_bytes):
+        return None
+    return pin
+
+
+def _mirror_dirs(
+    upper: Path, lower: Path, rel: str, made: list[tuple[Path, os.stat_result]]
+) -> Path:
+    """
+    Make ``rel``'s parent directories in ``upper`` with the lower layer's modes
+    and owners (the merged view shows the upper directory's); return the parent.
+    """
+    parent = upper
+    parts = rel.split("/")[:-1]
+    here = lower
+    for part in parts:
+        parent = parent / part
+        here = here / part
+        if parent.is_dir() and not parent.is_symlink():
+            continue
+        if os.path.lexists(parent):
+            # A whiteout made for an entry that a baseline file now needs as a directory.
+            parent.unlink()
+        parent.mkdir()
+        try:
+            st = os.lstat(here)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            made.append((parent, st))
+    return parent
+
+
+def _whiteout(path: Path) -> None:
+    if os.path.lexists(path):
+        return
+    os.mknod(path, _WHITEOUT, os.makedev(0, 0))
+
+
+def prepare_upper(
+    upper: Path,
+    pin: Pin,
+    patterns: Sequence[str],
+    candidate: Iterable[str],
+    files: Mapping[str, Mapping[str, Any]],
+    also_hidden: Iterable[str] = (),
+) -> None:
+    """
+    Fill a check's upper directory so the overlay shows what a restored copy would.
+
+    Args:
+        upper: the empty upper directory.
+        pin: the pinned workspace (the lower layer).
+        patterns: the protected and harness patterns.
+        candidate: the candidate's file paths (the manifest's).
+        files: the baseline's files for those patterns (``collect_files``'s map).
+        also_hidden: more relative paths to hide (a stale report, say).
+    """
+    # The merged root shows the upper root's mode and owner: the workspace's.
+    made: list[tuple[Path, os.stat_result]] = [(upper, os.lstat(pin.root))]
+    compiled = _compile(tuple(patterns))
+    restored = [rel for rel in candidate if compiled.matches(rel)]
+    for rel in (*pin.hidden, *restored, *also_hidden):
+        _whiteout(_mirror_dirs(upper, pin.root, rel, made) / rel.rsplit("/", 1)[-1])
+    for rel, item in files.items():
+        target = _mirror_dirs(upper, pin.root, rel, made) / rel.rsplit("/", 1)[-1]
+        if os.path.lexists(target) and not target.is_dir():
+            target.unlink()
+        target.write_bytes(base64.b64decode(item["data"]))
+        target.chmod(0o755 if item.get("exec") else 0o644)
+    # Attributes last, deepest first: adding entries moves a directory's mtime.
+    for path, st in reversed(made):
+        os.chmod(path, stat.S_IMODE(st.st_mode))
+        os.chown(path, st.st_uid, st.st_gid)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
