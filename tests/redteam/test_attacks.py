@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator

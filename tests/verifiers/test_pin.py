@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
+from proctor._errors import ConfigError
 from proctor.runtime._tools import sandbox as sb
 from proctor.verifiers._candidate import TreeHasher
 from proctor.verifiers._checks import CommandCheck
@@ -223,5 +224,5 @@ def test_what_cannot_be_verified_in_place_is_copied(tmp_path: Path) -> None:
 
 def test_an_overlay_needs_the_sandbox(tmp_path: Path) -> None:
     spec = sb.SandboxSpec(writable=tmp_path, mode="off", lower=tmp_path)
-    with pytest.raises(sb.ConfigError, match="needs mode auto"):
+    with pytest.raises(ConfigError, match="needs mode auto"):
         sb.wrap(["true"], spec, tmp_path)
