@@ -31,6 +31,7 @@ from proctor import (
 )
 from proctor.runtime import Judge, TaskFacts, open_journal
 from proctor.runtime._progress.judge import Verdict
+from proctor.runtime._tools.sandbox import overlay_available
 from proctor.verifiers import Evidence
 
 PY = sys.executable
@@ -86,8 +87,12 @@ async def test_a_passing_candidate_completes_and_polishing_is_refused(tmp_path: 
 
 
 async def test_evidence_for_a_candidate_that_changed_during_verification_is_stale(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from proctor.runtime._control import controller
+
+    # Verified from a copy: the copy holds still, the workspace moves on.
+    monkeypatch.setattr(controller, "pin_candidate", lambda *args: None)
     root = _project(tmp_path / "p")
     touched: list[bool] = []
 
@@ -107,6 +112,30 @@ async def test_evidence_for_a_candidate_that_changed_during_verification_is_stal
     # ... until the wrap-up verification judged the candidate as it stands.
     assert result.disposition is Disposition.COMPLETED
     assert result.evidence[-1].candidate_digest == result.candidate.digest
+
+
+async def test_a_candidate_changed_while_judged_in_place_is_judged_again_from_a_copy(
+    tmp_path: Path,
+) -> None:
+    if overlay_available() is not None:
+        pytest.skip(f"no overlay here: {overlay_available()}")
+    root = _project(tmp_path / "p")
+    looked: list[Path] = []
+
+    def meddle(snapshot: Path) -> bool:
+        # Something outside the controller changes the workspace while the checks run.
+        if not looked:
+            (root / "notes.txt").write_text("changed behind the controller's back\n")
+        looked.append(snapshot)
+        return True
+
+    task = _task(root, checks=(CommandCheck("tests", PYTEST), PythonCheck("meddle", meddle)))
+    result = await run(task, ScriptedActor([FIX, Completion()]), tmp_path / "j")
+    # In place first (the workspace itself), then a copy: no evidence of the moved tree is kept.
+    assert looked[0].resolve() == root.resolve()
+    assert looked[1].resolve() != root.resolve()
+    assert result.disposition is Disposition.COMPLETED
+    assert {e.candidate_digest for e in result.evidence} == {result.candidate.digest}
 
 
 async def test_alternating_regressions_stop_without_completing(tmp_path: Path) -> None:
