@@ -15,6 +15,10 @@ of 100,000 small files), one tree at a time, in the same run:
 - freeze (the snapshot for verification, on the workspace's file system) against
   ``cp -a``, the verifier's digest of the snapshot (reusing what the tree knew,
   against reading every byte as it used to), and removing the snapshot;
+- one whole verification with a command check (``true`` in the sandbox): in
+  place (the workspace pinned, the check over an overlay) against from a copy
+  (freeze, the verifier's digest, the check, removal), each after the
+  controller's full digest;
 - with ``--reflink-dir DIR`` (a directory on a file system with reflink, e.g. a
   loop-mounted xfs), the same freeze there against ``cp -a --reflink=always``;
 - the memory the hasher holds for the tree (tracemalloc: its index and the
@@ -37,12 +41,21 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
+import attrs
+
+from proctor.runtime._tools.sandbox import SandboxSpec, overlay_available
 from proctor.verifiers._candidate import (
+    DEFAULT_IGNORE,
     TreeHasher,
     freeze_known,
     snapshot_directory,
     snapshot_hasher,
 )
+from proctor.verifiers._checks import CommandCheck
+from proctor.verifiers._more_checks import CheckContext
+from proctor.verifiers._pin import pin_tree
+from proctor.verifiers._verifier import verify_snapshot
 
 __all__ = ("main", "measure_tree", "synthetic_tree")
 
@@ -120,6 +133,43 @@ def _freeze_figures(
     add(f"{prefix}.cp_cleanup", _time(functools.partial(shutil.rmtree, copy)))
 
 
+def _verification_figures(
+    tree: Path, hasher: TreeHasher, add: Callable[[str, float], None]
+) -> None:
+    """
+    One whole verification with one command check (``true``, in the sandbox), in
+    place against from a copy; each with the controller's full digest before it.
+    """
+    if overlay_available() is not None:
+        return
+    check = CommandCheck(name="true", run=["true"])
+    context = CheckContext(sandbox=SandboxSpec(writable=tree), ignore=DEFAULT_IGNORE)
+    # Left alone a moment, as a tree is between an agent's last edit and its claim.
+    time.sleep(0.2)
+
+    def in_place() -> None:
+        start = time.perf_counter()
+        pin = pin_tree(tree, DEFAULT_IGNORE)
+        add("verify.pin_walk", time.perf_counter() - start)
+        assert pin is not None
+        hasher.digest(full=True)
+        pin = attrs.evolve(pin, manifest=hasher.manifest())
+        anyio.run(functools.partial(verify_snapshot, tree, "v", (check,), context, pin=pin))
+
+    def copied() -> None:
+        hasher.digest(full=True)
+        parent = snapshot_directory(tree)
+        known = freeze_known(tree, parent / "tree", DEFAULT_IGNORE, None, hasher.manifest())
+        verify = functools.partial(
+            verify_snapshot, parent / "tree", "v", (check,), context, known=known, consume=True
+        )
+        anyio.run(verify)
+        shutil.rmtree(parent)
+
+    add("verify.in_place", _time(in_place))
+    add("verify.copied", _time(copied))
+
+
 def measure_tree(tree: Path, reps: int, reflink_dir: Path | None = None) -> dict[str, float]:
     """Return the median seconds (and bytes, for memory) of each figure on ``tree``."""
     # Kept whole: one repetition is one sequence of changes and measurements on one tree,
@@ -165,6 +215,7 @@ def measure_tree(tree: Path, reps: int, reflink_dir: Path | None = None) -> dict
         add("thousand.proctor_walk", _time(functools.partial(hasher.digest, full=True)))
         add("thousand.git_status", _time(status))
         _freeze_figures(tree, hasher, add)
+        _verification_figures(tree, hasher, add)
         hasher.close()
     if reflink_dir is not None:
         there = Path(tempfile.mkdtemp(dir=reflink_dir, prefix="bench-ws-")) / "tree"
@@ -196,6 +247,9 @@ def _report(title: str, figures: dict[str, float]) -> None:
     print(f"  start: proctor / git add+write-tree = "
           f"{figures['start.proctor'] / figures['start.git_add_write_tree']:.2f}")  # fmt: skip
     print(f"  freeze: proctor / cp -a = {figures['freeze.proctor'] / figures['freeze.cp_a']:.2f}")
+    if "verify.in_place" in figures:
+        print(f"  verification: in place / from a copy = "
+              f"{figures['verify.in_place'] / figures['verify.copied']:.3f}")  # fmt: skip
     if "reflink.proctor" in figures:
         print(f"  reflink freeze: proctor / cp -a --reflink=always = "
               f"{figures['reflink.proctor'] / figures['reflink.cp_a']:.2f}")  # fmt: skip

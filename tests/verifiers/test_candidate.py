@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
 import tempfile
@@ -8,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proctor._errors import ConfigError
@@ -473,3 +474,49 @@ def test_ignored_files_do_not_change_the_digest(
     )
     content = data.draw(st.binary(max_size=8))
     assert _digest_of({**tree, f"{prefix}{ignored}": (content, False)}) == _digest_of(tree)
+
+
+_PARTS = st.sampled_from(["a", "b", "x.py", "*", "*.py", "a*", "?", "[ab]", "**", ".", ""])
+_NO_LEAD = ["", "", "", "", "", ""]
+
+
+@settings(max_examples=1000, deadline=None)
+@example(patterns=["a/**"], lead=_NO_LEAD, path=["a"])
+@example(patterns=["a/**"], lead=_NO_LEAD, path=["a", "b"])
+@example(patterns=["a/b/**"], lead=_NO_LEAD, path=["a", "b", "x.py"])
+@example(patterns=["a/b"], lead=_NO_LEAD, path=["a", "b"])
+@example(patterns=["**/x.py"], lead=_NO_LEAD, path=["a", "x.py"])
+@example(patterns=["**/a/*.py"], lead=_NO_LEAD, path=["b", "a", "x.py"])
+@example(patterns=["**/a/*.py"], lead=_NO_LEAD, path=["a", "b", "x.py"])
+@example(patterns=["*.py"], lead=["./", "", "", "", "", ""], path=["x.py"])
+@example(patterns=["*.py"], lead=["./", "", "", "", "", ""], path=["a", "x.py"])
+@given(
+    patterns=st.lists(st.lists(_PARTS, min_size=1, max_size=4).map("/".join), max_size=6),
+    lead=st.lists(st.sampled_from(["", "./", "/"]), min_size=6, max_size=6),
+    path=st.lists(st.sampled_from(["a", "b", "x.py", "y.py", "c"]), min_size=1, max_size=4),
+)
+def test_the_matcher_s_shortcuts_match_what_the_general_matcher_does(
+    patterns: list[str], lead: list[str], path: list[str]
+) -> None:
+    from proctor.verifiers._candidate import _compile, _match_parts
+
+    written = tuple(lead[i] + p for i, p in enumerate(patterns))
+    matcher = _compile(written)
+    rel = "/".join(path)
+
+    def reference(rel: str, name: str) -> bool:
+        # Every pattern through the general component-by-component matcher.
+        for raw in written:
+            pattern = raw.strip("/")
+            if not pattern:
+                continue
+            if "/" not in pattern:
+                if fnmatch.fnmatchcase(name, pattern):
+                    return True
+                continue
+            parts = tuple(part for part in pattern.split("/") if part not in ("", "."))
+            if _match_parts(parts, rel.split("/")):
+                return True
+        return False
+
+    assert matcher.matches_self(rel, path[-1]) == reference(rel, path[-1])

@@ -101,17 +101,51 @@ def _new_hash() -> hashlib.blake2b:
 
 @attrs.frozen
 class _Matcher:
-    """Patterns split once into component patterns and anchored (slash) patterns."""
+    """
+    Patterns split once into component patterns and anchored (slash) patterns.
+
+    The anchored patterns of the common shapes are kept where one lookup answers
+    for all of them (a check's harness is hundreds of ``./module.py`` and
+    ``./package/**`` patterns): literal paths in ``exact``, literal directories
+    followed by a trailing ``**`` in ``under``, one-component globs in ``top``,
+    ``**/name`` among the component patterns (it matches exactly what ``name``
+    does), ``**/a/b`` in ``tails``. The rest go through :func:`_match_parts`.
+    """
 
     component: tuple[str, ...]
     anchored: tuple[tuple[str, ...], ...]
     # The component patterns as one regular expression: one match per name, not one per pattern.
     regex: re.Pattern[str] | None = attrs.field(default=None, eq=False)
+    exact: frozenset[str] = frozenset()
+    under: frozenset[str] = frozenset()
+    top: re.Pattern[str] | None = attrs.field(default=None, eq=False)
+    # ``**/c1/.../ck``: the last k components match; the last one's regex first.
+    tails: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = attrs.field(default=(), eq=False)
 
     def matches_self(self, rel: str, name: str) -> bool:
         """Match the path itself, not its ancestors (they are checked on the way down)."""
         if self.regex is not None and self.regex.match(name):
             return True
+        if rel in self.exact:
+            return True
+        if self.under:
+            at = rel.find("/")
+            while at != -1:
+                if rel[:at] in self.under:
+                    return True
+                at = rel.find("/", at + 1)
+            if rel in self.under:
+                return True
+        if self.top is not None and "/" not in rel and self.top.match(rel):
+            return True
+        for last, tail in self.tails:
+            if last.match(name):
+                parts = rel.split("/")
+                if len(parts) >= len(tail) and all(
+                    fnmatchcase(part, segment)
+                    for part, segment in zip(parts[-len(tail) :], tail, strict=True)
+                ):
+                    return True
         if not self.anchored:
             return False
         parts = rel.split("/")
@@ -147,20 +181,52 @@ def _match_parts(pattern: tuple[str, ...], parts: Sequence[str]) -> bool:
     return len(parts) in reachable
 
 
+def _literal(part: str) -> bool:
+    return not any(c in part for c in "*?[")
+
+
 @functools.lru_cache(maxsize=256)
 def _compile(patterns: tuple[str, ...]) -> _Matcher:
     component: list[str] = []
     anchored: list[tuple[str, ...]] = []
+    exact: set[str] = set()
+    under: set[str] = set()
+    top: list[str] = []
+    tails: list[tuple[re.Pattern[str], tuple[str, ...]]] = []
     for raw in patterns:
         pattern = raw.strip("/")
         if not pattern:
             continue
-        if "/" in pattern:
-            anchored.append(tuple(part for part in pattern.split("/") if part not in ("", ".")))
-        else:
+        if "/" not in pattern:
             component.append(pattern)
+            continue
+        parts = tuple(part for part in pattern.split("/") if part not in ("", "."))
+        if not parts:
+            # Only separators and dots: the DP matches nothing but an empty path.
+            anchored.append(parts)
+        elif len(parts) == 2 and parts[0] == "**" and parts[1] != "**":
+            component.append(parts[1])
+        elif all(_literal(p) for p in parts):
+            exact.add("/".join(parts))
+        elif len(parts) > 1 and parts[-1] == "**" and all(_literal(p) for p in parts[:-1]):
+            under.add("/".join(parts[:-1]))
+        elif len(parts) == 1 and parts[0] != "**":
+            top.append(parts[0])
+        elif len(parts) > 1 and parts[0] == "**" and "**" not in parts[1:]:
+            tails.append((re.compile(translate(parts[-1])), parts[1:]))
+        else:
+            anchored.append(parts)
     regex = re.compile("|".join(translate(p) for p in component)) if component else None
-    return _Matcher(tuple(component), tuple(anchored), regex)
+    first = re.compile("|".join(translate(p) for p in top)) if top else None
+    return _Matcher(
+        tuple(component),
+        tuple(anchored),
+        regex,
+        frozenset(exact),
+        frozenset(under),
+        first,
+        tuple(tails),
+    )
 
 
 def matches(path: str, patterns: Sequence[str]) -> bool:

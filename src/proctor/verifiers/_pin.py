@@ -32,16 +32,16 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from proctor.runtime._tools.sandbox import OVERLAY_UNSAFE, SandboxSpec, overlay_available
-from proctor.verifiers._candidate import _compile, _timestamp_window, fingerprint
+from proctor.verifiers._candidate import _compile, _Matcher, _timestamp_window, fingerprint
 from proctor.verifiers._checks import CommandCheck
-from proctor.verifiers._index import Manifest
+from proctor.verifiers._index import FILE, RECORD, Manifest, names_of
 from proctor.verifiers._more_checks import Check
 
 __all__ = ("CandidateMoved", "Pin", "pin_candidate", "pin_tree", "prepare_upper")
@@ -232,6 +232,29 @@ def _mirror_dirs(
     return parent
 
 
+def _matching(candidate: Manifest, matcher: _Matcher) -> Iterator[str]:
+    """
+    The candidate's files that match, themselves or through a directory above
+    them: one match per entry of the tree, directories that match not entered.
+    """
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        node = candidate.nodes.get(rel)
+        if node is None:
+            continue
+        for i, name in enumerate(names_of(node)):
+            child = f"{rel}/{name}" if rel else name
+            kind = node[1][i * RECORD]
+            if matcher.matches_self(child, name):
+                if kind == FILE:
+                    yield child
+                else:
+                    yield from (path for path, _ in candidate.records(child))
+            elif kind != FILE:
+                stack.append(child)
+
+
 def _whiteout(path: Path) -> None:
     if os.path.lexists(path):
         return
@@ -242,7 +265,7 @@ def prepare_upper(
     upper: Path,
     pin: Pin,
     patterns: Sequence[str],
-    candidate: Iterable[str],
+    candidate: Manifest,
     files: Mapping[str, Mapping[str, Any]],
     also_hidden: Iterable[str] = (),
 ) -> None:
@@ -253,14 +276,13 @@ def prepare_upper(
         upper: the empty upper directory.
         pin: the pinned workspace (the lower layer).
         patterns: the protected and harness patterns.
-        candidate: the candidate's file paths (the manifest's).
+        candidate: the candidate's tree.
         files: the baseline's files for those patterns (``collect_files``'s map).
         also_hidden: more relative paths to hide (a stale report, say).
     """
     # The merged root shows the upper root's mode and owner: the workspace's.
     made: list[tuple[Path, os.stat_result]] = [(upper, os.lstat(pin.root))]
-    compiled = _compile(tuple(patterns))
-    restored = [rel for rel in candidate if compiled.matches(rel)]
+    restored = list(_matching(candidate, _compile(tuple(patterns))))
     for rel in (*pin.hidden, *restored, *also_hidden):
         _whiteout(_mirror_dirs(upper, pin.root, rel, made) / rel.rsplit("/", 1)[-1])
     for rel, item in files.items():

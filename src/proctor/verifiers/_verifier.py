@@ -124,7 +124,8 @@ def _fresh_upper(pin: Pin, check: CommandCheck, context: CheckContext) -> Path:
     upper.mkdir()
     workspace = context.sandbox.inside if context.sandbox is not None else pin.root
     patterns = (*context.protected, *check.harness_patterns(workspace))
-    candidate = context.candidate.paths() if context.candidate is not None else ()
+    candidate = context.candidate if context.candidate is not None else pin.manifest
+    assert candidate is not None
     stale = [check.junit] if check.junit and os.path.lexists(pin.root / check.junit) else []
     prepare_upper(upper, pin, patterns, candidate, context.baseline_files, stale)
     return upper
