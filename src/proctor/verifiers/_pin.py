@@ -31,20 +31,24 @@ import base64
 import hashlib
 import os
 import stat
+import struct
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from proctor.runtime._tools.sandbox import OVERLAY_UNSAFE, SandboxSpec, overlay_available
-from proctor.verifiers._candidate import _compile, _Matcher, _timestamp_window, fingerprint
+from proctor.verifiers._candidate import _compile, _Matcher, _timestamp_window
 from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._index import FILE, RECORD, Manifest, names_of
 from proctor.verifiers._more_checks import Check
 
 __all__ = ("CandidateMoved", "Pin", "pin_candidate", "pin_tree", "prepare_upper")
+
+# One entry's stat fields in the signature.
+_STAT: Final = struct.Struct("<6q")
 
 # The mode of an overlay whiteout: a character device 0/0.
 _WHITEOUT = stat.S_IFCHR | 0o600
@@ -99,10 +103,15 @@ def _signature(root: Path, ignore: Sequence[str]) -> _Walked | None:
     Walk ``root``: the stat signature of its tree, its hidden entries, its
     symlinks, its files' size and the newest timestamp met; None when an entry
     vanished meanwhile.
+
+    The signature hashes, in a fixed order (directories as a stack, entries by
+    name), each entry's name and its stat fields (size, mtime, inode, device,
+    ctime, mode), and each directory's own, taken before it is listed.
     """
     matcher = _compile(tuple(ignore))
     top = os.fspath(root)
-    marks: list[tuple[str, bytes]] = []
+    h = hashlib.blake2b(digest_size=32)
+    pack = _STAT.pack
     hidden: list[str] = []
     links: list[str] = []
     newest = size = 0
@@ -115,13 +124,15 @@ def _signature(root: Path, ignore: Sequence[str]) -> _Walked | None:
             st = os.lstat(path)
             if not stat.S_ISDIR(st.st_mode):
                 return None
-            marks.append((rel + "/", fingerprint(st)))
+            h.update(b"\1" + rel.encode("utf-8", "surrogateescape") + b"\0")
+            h.update(pack(st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns, st.st_mode, 0))
             newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
             with os.scandir(path) as it:
-                entries = list(it)
+                entries = sorted(it, key=lambda entry: entry.name)
             for entry in entries:
-                child = f"{rel}/{entry.name}" if rel else entry.name
-                if matcher.matches_self(child, entry.name):
+                name = entry.name
+                child = f"{rel}/{name}" if rel else name
+                if matcher.matches_self(child, name):
                     hidden.append(child)
                     continue
                 if entry.is_dir(follow_symlinks=False):
@@ -129,7 +140,17 @@ def _signature(root: Path, ignore: Sequence[str]) -> _Walked | None:
                     continue
                 est = entry.stat(follow_symlinks=False)
                 newest = max(newest, est.st_mtime_ns, est.st_ctime_ns)
-                marks.append((child, fingerprint(est)))
+                h.update(name.encode("utf-8", "surrogateescape") + b"\0")
+                h.update(
+                    pack(
+                        est.st_mtime_ns,
+                        est.st_ino,
+                        est.st_dev,
+                        est.st_ctime_ns,
+                        est.st_mode,
+                        est.st_size,
+                    )
+                )
                 if stat.S_ISLNK(est.st_mode):
                     links.append(child)
                 elif stat.S_ISREG(est.st_mode):
@@ -138,10 +159,6 @@ def _signature(root: Path, ignore: Sequence[str]) -> _Walked | None:
                     hidden.append(child)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    marks.sort()
-    h = hashlib.blake2b(digest_size=32)
-    for rel, mark in marks:
-        h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + mark)
     return _Walked(h.digest(), tuple(sorted(hidden)), tuple(sorted(links)), size, newest)
 
 
