@@ -187,8 +187,8 @@ def verified(
         monkeypatch.setattr(controller, "snapshot_directory", no_copy)
         monkeypatch.setattr(run, "snapshot_directory", no_copy)
     else:
-        monkeypatch.setattr(controller, "pin_candidate", lambda *args: None)
-        monkeypatch.setattr(run, "pin_candidate", lambda *args: None)
+        monkeypatch.setattr(controller, "verifiable_in_place", lambda *args: False)
+        monkeypatch.setattr(run, "in_place", lambda *args: False)
     return str(request.param)
 
 

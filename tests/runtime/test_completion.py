@@ -92,7 +92,7 @@ async def test_evidence_for_a_candidate_that_changed_during_verification_is_stal
     from proctor.runtime._control import controller
 
     # Verified from a copy: the copy holds still, the workspace moves on.
-    monkeypatch.setattr(controller, "pin_candidate", lambda *args: None)
+    monkeypatch.setattr(controller, "verifiable_in_place", lambda *args: False)
     root = _project(tmp_path / "p")
     touched: list[bool] = []
 

@@ -23,7 +23,7 @@ from proctor.verifiers._candidate import TreeHasher
 from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._more_checks import CheckContext
-from proctor.verifiers._pin import CandidateMoved, Pin, pin_candidate, pin_tree
+from proctor.verifiers._pin import CandidateMoved, Pin, in_place, pin_tree, pinned_digest
 from proctor.verifiers._verifier import verify_snapshot
 
 PY = sys.executable
@@ -50,9 +50,7 @@ def _pinned(ws: Path) -> Pin:
     # Just written: the pin waits the racy window out once (a tenth of a second).
     pin = pin_tree(ws, ("__pycache__", "*.pyc"))
     assert pin is not None
-    hasher = TreeHasher(ws, ("__pycache__", "*.pyc"))
-    hasher.digest(full=True)
-    return attrs.evolve(pin, manifest=hasher.manifest())
+    return pin
 
 
 def _context(ws: Path, **extra: Any) -> CheckContext:
@@ -97,7 +95,7 @@ async def test_a_check_sees_what_a_copy_would_hold_and_never_changes_the_workspa
     left = _leftovers()
     digest, evidence = await verify_snapshot(ws, "v", (check,), _context(ws), pin=pin)
     assert evidence[0].passed, evidence[0].excerpt
-    assert digest == pin.manifest.digest if pin.manifest is not None else False
+    assert digest == pin.manifest.digest
     assert _tree(ws) == before
     assert _leftovers() == left
 
@@ -199,11 +197,34 @@ def test_a_tree_written_within_the_racy_window_is_not_pinned(tmp_path: Path) -> 
     newest = max(
         os.lstat(os.path.join(t, n)).st_ctime_ns for t, d, f in os.walk(ws) for n in [*d, *f]
     )
-    assert pin_tree(ws, (), clock=lambda: newest, sleep=waited.append) is None
+    hasher = TreeHasher(ws, ())
+    digest, pin = pinned_digest(hasher, clock=lambda: newest, sleep=waited.append)
+    assert pin is None
+    assert digest == TreeHasher(ws, ()).digest()  # the digest is taken all the same
     assert len(waited) == 1  # waited the window out once, then gave up
     # A window later it holds still: pinned at once, without waiting.
-    assert pin_tree(ws, (), clock=lambda: time.time_ns() + 10**9, sleep=waited.append) is not None
+    later = lambda: time.time_ns() + 10**9  # noqa: E731
+    assert pinned_digest(hasher, clock=later, sleep=waited.append)[1] is not None
     assert len(waited) == 1
+
+
+def test_a_tree_that_changes_while_it_is_walked_is_not_pinned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = _workspace(tmp_path)
+    hasher = TreeHasher(ws, ())
+    real = os.scandir
+
+    def vanishing(path: Any) -> Any:
+        # A directory removed between its parent's listing and its own.
+        if str(path).endswith("tests"):
+            for child in Path(path).iterdir():
+                child.unlink()
+            Path(path).rmdir()
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", vanishing)
+    assert pinned_digest(hasher, clock=lambda: time.time_ns() + 10**9)[1] is None
 
 
 def test_what_cannot_be_verified_in_place_is_copied(tmp_path: Path) -> None:
@@ -211,15 +232,13 @@ def test_what_cannot_be_verified_in_place_is_copied(tmp_path: Path) -> None:
     check = CommandCheck(name="c", run=["true"])
     off = sb.SandboxSpec(writable=ws, mode="off")
     # Command checks without a sandbox that mounts overlays: a copy.
-    assert pin_candidate(ws, (), (check,), None, None) is None
-    assert pin_candidate(ws, (), (check,), off, None) is None
-    # Over the copy's size limit: the copy's path, which refuses it.
-    assert pin_candidate(ws, (), (), None, 3) is None
+    assert not in_place(ws, (check,), None)
+    assert not in_place(ws, (check,), off)
     # No command check: nothing runs in the tree, it is pinned.
-    assert pin_candidate(ws, (), (), None, None) is not None
+    assert in_place(ws, (), None)
     odd = tmp_path / "a,b"
     odd.mkdir()
-    assert pin_candidate(odd, (), (), None, None) is None
+    assert not in_place(odd, (), None)
 
 
 def test_an_overlay_needs_the_sandbox(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase, translate
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
@@ -57,6 +57,7 @@ from proctor.verifiers._watch import TreeWatcher, open_watcher
 __all__ = (
     "DEFAULT_IGNORE",
     "EMPTY_TREE_DIGEST",
+    "StatSignature",
     "TreeHasher",
     "TreeStatistics",
     "changed_paths",
@@ -422,6 +423,64 @@ def _timestamp_window(root: str) -> float:
     return 2.0 if not kind or kind in _COARSE_FILE_SYSTEMS or kind.startswith("fuse") else 0.1
 
 
+_SIGNED: Final = struct.Struct("<6q")
+
+
+@attrs.define(eq=False)
+class StatSignature:
+    """
+    What a full walk saw of a tree's stat fields, hashed: the pin of a candidate
+    verified in place (:mod:`proctor.verifiers._pin`).
+
+    In the walk's order (directories as a stack, entries by name), each
+    directory's own stat (taken before it is listed) and each entry's name and
+    stat fields (size, mtime, inode, device, ctime, mode). Two walks of a tree
+    that nothing changed in between give the same :attr:`digest`; any write, a
+    rename, an entry added and removed again, moves a ctime and gives another.
+
+    Also noted: the ignored entries and special files (``hidden``), the
+    symlinks, the regular files' apparent size, the newest timestamp met, and
+    whether an entry vanished while walking (``broken``).
+    """
+
+    hidden: list[str] = attrs.field(factory=list)
+    links: list[str] = attrs.field(factory=list)
+    size: int = 0
+    newest: int = 0
+    broken: bool = False
+    _hash: Any = attrs.field(factory=lambda: hashlib.blake2b(digest_size=32))
+
+    @property
+    def digest(self) -> bytes:
+        """The signature."""
+        return bytes(self._hash.digest())
+
+    def directory(self, rel: str, path: str) -> None:
+        """A directory, stat'ed now (before it is listed)."""
+        st = os.lstat(path)
+        self._hash.update(b"\1" + rel.encode("utf-8", "surrogateescape") + b"\0")
+        self._entry(st)
+
+    def entry(self, rel: str, name: str, st: os.stat_result) -> None:
+        """A non-directory entry that is part of the candidate (or a special file)."""
+        self._hash.update(name.encode("utf-8", "surrogateescape") + b"\0")
+        self._entry(st)
+        if stat.S_ISLNK(st.st_mode):
+            self.links.append(rel)
+        elif stat.S_ISREG(st.st_mode):
+            self.size += st.st_size
+        else:
+            self.hidden.append(rel)
+
+    def _entry(self, st: os.stat_result) -> None:
+        self.newest = max(self.newest, st.st_mtime_ns, st.st_ctime_ns)
+        self._hash.update(
+            _SIGNED.pack(
+                st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns, st.st_mode, st.st_size
+            )
+        )
+
+
 @attrs.define(eq=False)
 class TreeHasher:
     """
@@ -479,19 +538,22 @@ class TreeHasher:
     # The wall clock, in nanoseconds (tests move it).
     _clock: Callable[[], int] = attrs.field(init=False, default=time.time_ns)
 
-    def digest(self, *, full: bool = False) -> str:
+    def digest(self, *, full: bool = False, sign: StatSignature | None = None) -> str:
         """
         Compute the tree digest of the workspace as it stands.
 
         Args:
             full: walk the whole tree even where the kernel reports changes (what
                 a digest that evidence is bound to uses).
+            sign: take the walk's stat signature into this (implies ``full``).
 
         Raises:
             FileNotFoundError: the root directory does not exist.
             NotADirectoryError: the root is not a directory.
         """
         matcher = _compile(self.ignore)
+        if sign is not None:
+            return self._walk_all(matcher, sign)
         if not full and self._digest is not None and self._watcher is not None:
             changed = self._watcher.drain()
             if changed is not None:
@@ -508,7 +570,7 @@ class TreeHasher:
             self._window = int(window * 1e9)
         return self._window
 
-    def _walk_all(self, matcher: _Matcher) -> str:
+    def _walk_all(self, matcher: _Matcher, sign: StatSignature | None = None) -> str:
         watcher = self._watcher
         if self.watch:
             if watcher is None:
@@ -520,7 +582,7 @@ class TreeHasher:
         old = self._nodes
         self._nodes = {}
         try:
-            root, hashed, bytes_hashed = self._scan("", old, matcher)
+            root, hashed, bytes_hashed = self._scan("", old, matcher, sign)
         except BaseException:
             self._digest = None
             raise
@@ -530,7 +592,11 @@ class TreeHasher:
         return self._digest
 
     def _scan(
-        self, start: str, old: Mapping[str, Node], matcher: _Matcher
+        self,
+        start: str,
+        old: Mapping[str, Node],
+        matcher: _Matcher,
+        sign: StatSignature | None = None,
     ) -> tuple[bytes, int, int]:
         """
         Walk the directory ``start`` and everything beneath it into the index.
@@ -556,14 +622,19 @@ class TreeHasher:
             rel = stack.pop()
             if watcher is not None:
                 watcher.watch(rel)
+            here = os.path.join(top, rel) if rel else top
             try:
-                with os.scandir(os.path.join(top, rel) if rel else top) as it:
+                if sign is not None:
+                    sign.directory(rel, here)
+                with os.scandir(here) as it:
                     entries = sorted(it, key=lambda entry: entry.name)
             except (FileNotFoundError, NotADirectoryError):
                 if not rel:
                     raise
                 # Removed while walking: an empty directory, until the next look.
                 listed.append((rel, b"", bytearray(), []))
+                if sign is not None:
+                    sign.broken = True
                 continue
             known = old.get(rel)
             before = unpack(known) if known is not None else {}
@@ -574,6 +645,8 @@ class TreeHasher:
                 name = entry.name
                 child = f"{rel}/{name}" if rel else name
                 if matcher.matches_self(child, name):
+                    if sign is not None:
+                        sign.hidden.append(child)
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     subdirectories.append((len(names), child))
@@ -583,9 +656,13 @@ class TreeHasher:
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
+                    if sign is not None:
+                        sign.entry(child, name, st)
                     record, read = self._record(entry.path, st, before.get(name), trusted_before)
                 except (FileNotFoundError, NotADirectoryError):
                     # Removed or replaced between listing and reading: the next digest sees it.
+                    if sign is not None:
+                        sign.broken = True
                     continue
                 if record is None:
                     continue

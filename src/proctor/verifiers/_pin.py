@@ -28,27 +28,28 @@ makes them in a copy.
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import stat
-import struct
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
 from proctor.runtime._tools.sandbox import OVERLAY_UNSAFE, SandboxSpec, overlay_available
-from proctor.verifiers._candidate import _compile, _Matcher, _timestamp_window
+from proctor.verifiers._candidate import (
+    StatSignature,
+    TreeHasher,
+    _compile,
+    _Matcher,
+    _timestamp_window,
+)
 from proctor.verifiers._checks import CommandCheck
 from proctor.verifiers._index import FILE, RECORD, Manifest, names_of
 from proctor.verifiers._more_checks import Check
 
-__all__ = ("CandidateMoved", "Pin", "pin_candidate", "pin_tree", "prepare_upper")
-
-# One entry's stat fields in the signature.
-_STAT: Final = struct.Struct("<6q")
+__all__ = ("CandidateMoved", "Pin", "in_place", "pin_tree", "pinned_digest", "prepare_upper")
 
 # The mode of an overlay whiteout: a character device 0/0.
 _WHITEOUT = stat.S_IFCHR | 0o600
@@ -66,13 +67,14 @@ class Pin:
     Args:
         root: the workspace.
         ignore: the patterns its tree is hashed with.
-        signature: the hash of every entry's stat fingerprint, taken by :func:`pin_tree`.
+        signature: the stat signature of the walk that took the candidate's digest
+            (:class:`~proctor.verifiers._candidate.StatSignature`).
         hidden: relative paths of the ignored entries and special files (a check's
             view hides them).
         links: relative paths of the symlinks (the verifier checks where they lead).
         size: the regular files' apparent sizes, summed.
-        manifest: the candidate's tree as the controller hashed it after the pin;
-            its digest is what evidence is bound to.
+        manifest: the candidate's tree from that walk; its digest is what
+            evidence is bound to.
     """
 
     root: Path
@@ -80,145 +82,85 @@ class Pin:
     signature: bytes
     hidden: tuple[str, ...]
     links: tuple[str, ...]
-    size: int = 0
-    manifest: Manifest | None = None
+    size: int
+    manifest: Manifest
 
     def moved(self) -> bool:
-        """Whether anything in the workspace changed since the pin (a walk of stat calls)."""
-        again = _signature(self.root, self.ignore)
-        return again is None or again.signature != self.signature
+        """
+        Whether anything in the workspace changed since the pin: the same walk
+        again (it reads no file whose stat fingerprint is the one the tree holds).
+        """
+        sign = StatSignature()
+        hasher = TreeHasher(self.root, self.ignore, racy_window=0)
+        hasher.adopt(self.manifest.nodes)
+        try:
+            hasher.digest(sign=sign)
+        except OSError:
+            return True
+        return sign.broken or sign.digest != self.signature
 
 
-@attrs.frozen
-class _Walked:
-    signature: bytes
-    hidden: tuple[str, ...]
-    links: tuple[str, ...]
-    size: int
-    newest: int
-
-
-def _signature(root: Path, ignore: Sequence[str]) -> _Walked | None:
+def pinned_digest(
+    hasher: TreeHasher, *, clock: Any = time.time_ns, sleep: Any = time.sleep
+) -> tuple[str, Pin | None]:
     """
-    Walk ``root``: the stat signature of its tree, its hidden entries, its
-    symlinks, its files' size and the newest timestamp met; None when an entry
-    vanished meanwhile.
+    The tree's digest, walked in full, and the pin taken in the same walk; the
+    pin is None when the tree does not hold still.
 
-    The signature hashes, in a fixed order (directories as a stack, entries by
-    name), each entry's name and its stat fields (size, mtime, inode, device,
-    ctime, mode), and each directory's own, taken before it is listed.
-    """
-    matcher = _compile(tuple(ignore))
-    top = os.fspath(root)
-    h = hashlib.blake2b(digest_size=32)
-    pack = _STAT.pack
-    hidden: list[str] = []
-    links: list[str] = []
-    newest = size = 0
-    stack = [""]
-    try:
-        while stack:
-            rel = stack.pop()
-            path = os.path.join(top, rel) if rel else top
-            # Before the listing: an entry added after this stat moves the directory's ctime.
-            st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode):
-                return None
-            h.update(b"\1" + rel.encode("utf-8", "surrogateescape") + b"\0")
-            h.update(pack(st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns, st.st_mode, 0))
-            newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
-            with os.scandir(path) as it:
-                entries = sorted(it, key=lambda entry: entry.name)
-            for entry in entries:
-                name = entry.name
-                child = f"{rel}/{name}" if rel else name
-                if matcher.matches_self(child, name):
-                    hidden.append(child)
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(child)
-                    continue
-                est = entry.stat(follow_symlinks=False)
-                newest = max(newest, est.st_mtime_ns, est.st_ctime_ns)
-                h.update(name.encode("utf-8", "surrogateescape") + b"\0")
-                h.update(
-                    pack(
-                        est.st_mtime_ns,
-                        est.st_ino,
-                        est.st_dev,
-                        est.st_ctime_ns,
-                        est.st_mode,
-                        est.st_size,
-                    )
-                )
-                if stat.S_ISLNK(est.st_mode):
-                    links.append(child)
-                elif stat.S_ISREG(est.st_mode):
-                    size += est.st_size
-                else:
-                    hidden.append(child)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return _Walked(h.digest(), tuple(sorted(hidden)), tuple(sorted(links)), size, newest)
-
-
-def pin_tree(
-    root: Path, ignore: Sequence[str], *, clock: Any = time.time_ns, sleep: Any = time.sleep
-) -> Pin | None:
-    """
-    Pin a workspace for verification in place, or None when it cannot be held.
-
-    None when an entry vanished during the walk, or when something changed within
-    the file system's racy window before the pin and again after waiting that
-    window out once (the tree is being written to).
+    It does not when an entry vanished during the walk, or when something
+    changed within the file system's racy window before it (two changes within
+    one timestamp tick can leave one signature) and again after waiting that
+    window out once and walking again.
 
     Args:
-        root: the workspace.
-        ignore: the patterns its tree is hashed with.
+        hasher: the workspace's hasher.
         clock: the wall clock in nanoseconds; ``sleep`` waits seconds (tests move them).
     """
-    window = int(_timestamp_window(os.fspath(root)) * 1e9)
+    window = int(_timestamp_window(os.fspath(hasher.root)) * 1e9)
+    digest = ""
     for attempt in range(2):
         started = clock()
-        found = _signature(root, ignore)
-        if found is None:
-            return None
-        if found.newest < started - window:
-            return Pin(
-                Path(root), tuple(ignore), found.signature, found.hidden, found.links, found.size
+        sign = StatSignature()
+        digest = hasher.digest(sign=sign)
+        if sign.broken:
+            return digest, None
+        if sign.newest < started - window:
+            pin = Pin(
+                hasher.root,
+                hasher.ignore,
+                sign.digest,
+                tuple(sorted(sign.hidden)),
+                tuple(sorted(sign.links)),
+                sign.size,
+                hasher.manifest(),
             )
+            return digest, pin
         if attempt == 0:
-            sleep(max(0, found.newest + window - started) / 1e9 + 0.01)
-    return None
+            sleep(max(0, sign.newest + window - started) / 1e9 + 0.01)
+    return digest, None
 
 
-def pin_candidate(
-    root: Path,
-    ignore: Sequence[str],
-    checks: Iterable[Check],
-    sandbox: SandboxSpec | None,
-    max_bytes: int | None,
-) -> Pin | None:
+def pin_tree(root: Path, ignore: Sequence[str]) -> Pin | None:
+    """Pin a tree with a hasher of its own (:func:`pinned_digest`)."""
+    return pinned_digest(TreeHasher(Path(os.path.realpath(root)), tuple(ignore)))[1]
+
+
+def in_place(root: Path, checks: Iterable[Check], sandbox: SandboxSpec | None) -> bool:
     """
-    Pin the workspace when its candidate can be verified in place, else None
-    (then it is frozen into a copy, as before).
+    Whether a candidate of the workspace ``root`` can be verified in place
+    (else it is frozen into a copy, as before).
 
     In place needs, for any command check, the checks' sandbox with overlays
-    (:func:`~proctor.runtime._tools.sandbox.overlay_available`); a workspace path
-    the overlay's options can hold; a tree that holds still (:func:`pin_tree`);
-    and files within ``max_bytes`` (a larger candidate takes the copy's path,
-    which refuses it).
+    (:func:`~proctor.runtime._tools.sandbox.overlay_available`), and a
+    workspace path the overlay's options can hold. The tree must also hold
+    still (:func:`pinned_digest`), and a candidate over the copy's size limit
+    takes the copy's path, which refuses it.
     """
     if any(isinstance(check, CommandCheck) for check in checks) and (
         sandbox is None or sandbox.mode != "auto" or overlay_available() is not None
     ):
-        return None
-    if OVERLAY_UNSAFE.intersection(os.fspath(os.path.realpath(root))):
-        return None
-    pin = pin_tree(Path(os.path.realpath(root)), ignore)
-    if pin is None or (max_bytes is not None and pin.size > max_bytes):
-        return None
-    return pin
+        return False
+    return not OVERLAY_UNSAFE.intersection(os.fspath(os.path.realpath(root)))
 
 
 def _mirror_dirs(

@@ -125,7 +125,6 @@ def _fresh_upper(pin: Pin, check: CommandCheck, context: CheckContext) -> Path:
     workspace = context.sandbox.inside if context.sandbox is not None else pin.root
     patterns = (*context.protected, *check.harness_patterns(workspace))
     candidate = context.candidate if context.candidate is not None else pin.manifest
-    assert candidate is not None
     stale = [check.junit] if check.junit and os.path.lexists(pin.root / check.junit) else []
     prepare_upper(upper, pin, patterns, candidate, context.baseline_files, stale)
     return upper
@@ -204,12 +203,11 @@ async def verify_snapshot(
         CandidateMoved: with ``pin``, the workspace changed while it was judged.
     """
     links: list[str]
-    if pin is not None and pin.manifest is not None:
+    if pin is not None:
         digest = pin.manifest.digest
         context = attrs.evolve(context, candidate=pin.manifest)
         links = await anyio.to_thread.run_sync(escaping_links, snapshot, context.ignore, pin.links)
     else:
-        pin = None
         hasher = snapshot_hasher(snapshot, context.ignore, known)
         digest = await anyio.to_thread.run_sync(hasher.digest)
         # The scope and file checks read the tree just hashed, not the disk again.

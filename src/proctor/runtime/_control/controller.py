@@ -100,7 +100,8 @@ from proctor.verifiers._candidate import TreeHasher, freeze_known, snapshot_dire
 from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._index import Manifest, Node
 from proctor.verifiers._more_checks import CheckContext
-from proctor.verifiers._pin import pin_candidate
+from proctor.verifiers._pin import in_place as verifiable_in_place
+from proctor.verifiers._pin import pinned_digest
 from proctor.verifiers._verifier import AbandonVerify, VerifierInbound, VerifyRequest, VerifyResult
 
 __all__ = (
@@ -932,26 +933,23 @@ class Controller(Endings, OperatorNotes, OwnCalls):
                 verification that the actor did not ask for reports nothing.
             in_place: try the pin (False: copy).
         """
-        # Pinned before the digest is taken: any change after the pin shows at its check.
         pin = None
-        if in_place:
-            pin = await anyio.to_thread.run_sync(
-                pin_candidate,
-                self.task.workspace,
-                self.task.ignore,
-                self.task.all_checks(),
-                self.check_context.sandbox,
-                self.task.limits.snapshot_bytes,
-            )
-        current = await self._digest(full=True)
+        if in_place and verifiable_in_place(
+            self.task.workspace, self.task.all_checks(), self.check_context.sandbox
+        ):
+            # The digest's walk pins the tree: a change after it shows at the pin's check.
+            current, pin = await anyio.to_thread.run_sync(pinned_digest, self.hasher)
+            limit = self.task.limits.snapshot_bytes
+            if pin is not None and limit is not None and pin.size > limit:
+                pin = None  # the copy's path refuses it
+        else:
+            current = await self._digest(full=True)
         self.judge.observe_candidate(current)
         if await self._judged_already(current, report):
             return
         snapshot: Path = self.task.workspace
         known: dict[str, Node] = {}
-        if pin is not None:
-            pin = attrs.evolve(pin, manifest=self.hasher.manifest())
-        else:
+        if pin is None:
             frozen = await self._freeze(report)
             if frozen is None:
                 return

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import os
 import shutil
 import socket
@@ -82,7 +81,7 @@ from proctor.verifiers._evidence import Evidence
 from proctor.verifiers._harness import collect_files
 from proctor.verifiers._index import Manifest
 from proctor.verifiers._more_checks import CheckContext, ScopeCheck
-from proctor.verifiers._pin import CandidateMoved, pin_candidate
+from proctor.verifiers._pin import CandidateMoved, in_place, pinned_digest
 from proctor.verifiers._verifier import VerifierInbound, run_verifier, verify_snapshot
 
 __all__ = (
@@ -368,26 +367,17 @@ async def _baseline_evidence(
         baseline_files=files,
     )
     evidence: tuple[Evidence, ...] = ()
-    pin = await anyio.to_thread.run_sync(
-        pin_candidate, task.workspace, task.ignore, checks, sandbox, None
-    )
-    if (
-        pin is not None
-        and await anyio.to_thread.run_sync(functools.partial(hasher.digest, full=True))
-        != baseline.digest
-    ):
-        pin = None  # changed since the baseline was hashed: a copy freezes what is there
+    pin = None
+    if in_place(task.workspace, checks, sandbox):
+        # In place, as a candidate is: walked again to take the pin, and judged
+        # on a copy if the tree is no longer the baseline or moves meanwhile.
+        digest, pin = await anyio.to_thread.run_sync(pinned_digest, hasher)
+        if digest != baseline.digest:
+            pin = None
     if pin is not None:
-        # In place, as a candidate is: hashed again after the pin, so a change
-        # since shows at the pin's check (and the baseline is then judged on a copy).
         try:
             _, evidence = await verify_snapshot(
-                task.workspace,
-                task.contract_version,
-                checks,
-                context,
-                baseline=True,
-                pin=attrs.evolve(pin, manifest=baseline),
+                task.workspace, task.contract_version, checks, context, baseline=True, pin=pin
             )
         except CandidateMoved:
             pin = None
