@@ -44,6 +44,7 @@ from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.runtime._tools.sandbox import (
     Launch,
     SandboxSpec,
+    command_dir,
     command_line,
     launch,
     limit_note,
@@ -339,7 +340,7 @@ class ProcessGroups:
             sandbox: the sandbox the commands will run in.
             marker_env: the launcher's variables, as the commands will give them.
         """
-        if not self.prestart or self._closed or sandbox.mode != "auto":
+        if not self.prestart or self._closed:
             return
         self._wanted[_spare_key(sandbox, marker_env)] = (sandbox, marker_env)
         if self._wake is not None:
@@ -621,10 +622,11 @@ async def run_command(
         return ToolResult(ToolStatus.ERROR, "empty command: give a program to run")
     launched: Launch | None = None
     spawn_cwd: Path = cwd
-    # A run's commands go to a sandbox made ahead (ProcessGroups.prestart).
+    # A run's commands go to a sandbox made ahead (ProcessGroups.prestart), with the
+    # sandbox off too: its launcher then runs on the host, set up as launch() sets it.
     line = None
-    if sandbox is not None and sandbox.mode == "auto" and groups is not None and groups.prestart:
-        line = command_line(argv, cwd)
+    if sandbox is not None and groups is not None and groups.prestart:
+        line = command_line(argv, command_dir(sandbox, cwd))
     if sandbox is not None and line is None:
         launched = launch(argv, sandbox, cwd, marker_env=env)
         argv, env, spawn_cwd = launched.argv, launched.env, launched.cwd

@@ -57,6 +57,7 @@ __all__ = (
     "Launch",
     "SandboxSettings",
     "SandboxSpec",
+    "command_dir",
     "command_line",
     "launch",
     "limit_note",
@@ -884,9 +885,7 @@ def launch(
         cmd = wrap(argv, spec, where)
         home = tempfile.mkdtemp(prefix="proctor-home-")
         env = {**sandbox_env(spec, henv), "HOME": home, **(marker_env or {})}
-        # Off: the command runs on the host, in the writable directory itself.
-        rel = where.relative_to(inside) if _is_under(where, inside) else None
-        host_cwd = Path(os.path.realpath(spec.writable)) / rel if rel is not None else where
+        host_cwd = command_dir(spec, where)
     process_limit = "rlimit" if os.getuid() != 0 else "none"
     cgroup: Path | None = None
     before = 0
@@ -927,6 +926,24 @@ def _sh_quote(arg: str) -> str:
     return "'" + arg.replace("'", "'\\''").replace("\n", "'\"$n\"'") + "'"
 
 
+def command_dir(spec: SandboxSpec, cwd: str | os.PathLike[str]) -> Path:
+    """
+    Return the directory a command given ``cwd`` (as seen inside) runs in, as its
+    own processes name it: ``cwd`` itself in the sandbox; with mode ``off``, the
+    host directory it stands for (the command runs in the writable directory itself).
+
+    Args:
+        spec: the sandbox.
+        cwd: the working directory as seen inside.
+    """
+    where = Path(cwd)
+    if spec.mode == "auto":
+        return where
+    inside = spec.inside
+    rel = where.relative_to(inside) if _is_under(where, inside) else None
+    return Path(os.path.realpath(spec.writable)) / rel if rel is not None else where
+
+
 def command_line(argv: Sequence[str], cwd: str | os.PathLike[str]) -> bytes | None:
     """
     Return the line that runs ``argv`` in ``cwd`` in a prestarted sandbox, or None
@@ -951,20 +968,19 @@ def prestart(spec: SandboxSpec, marker_env: Mapping[str, str] | None = None) -> 
     Prepare a sandbox that is made before its command is known.
 
     Spawned with a pipe as its standard input, it joins its cgroup, applies its
-    limits and lets bubblewrap build its namespaces and mounts, then waits for the
-    line :func:`command_line` gives and runs it as the sandbox's command: one
-    sandbox per command, as :func:`launch` makes, with the set-up done ahead.
+    limits and (mode ``auto``) lets bubblewrap build its namespaces and mounts,
+    then waits for the line :func:`command_line` gives and runs it as the
+    sandbox's command: one sandbox per command, as :func:`launch` makes, with the
+    set-up done ahead. With mode ``off`` the same launcher runs on the host, its
+    line naming the host directory (:func:`command_dir`).
 
     Args:
-        spec: the sandbox (mode ``auto``).
+        spec: the sandbox.
         marker_env: variables for the launcher process only (see :func:`launch`).
 
     Raises:
-        SandboxUnavailableError: bubblewrap cannot be used here.
-        ConfigError: mode ``off``: there is no sandbox to make ahead.
+        SandboxUnavailableError: mode ``auto`` and bubblewrap cannot be used here.
     """
-    if spec.mode != "auto":
-        raise ConfigError("sandbox: only a sandbox (mode 'auto') can be prestarted")
     return launch(["/bin/sh", "-c", _TRAMPOLINE], spec, spec.inside, marker_env=marker_env)
 
 
