@@ -50,6 +50,7 @@ from proctor.runtime._tools.sandbox import (
     limit_note,
     prestart,
 )
+from proctor.runtime._tools.spawn import open_child
 
 __all__ = (
     "GroupEnd",
@@ -452,14 +453,13 @@ async def _start_spare(sandbox: SandboxSpec, marker_env: Mapping[str, str] | Non
     bound = _identity(sandbox.writable)  # before bubblewrap binds it
     launched = prestart(sandbox, marker_env)
     try:
-        process = await anyio.open_process(
+        process = await open_child(
             launched.argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=launched.cwd,
             env=launched.env,
-            start_new_session=True,
         )
     except OSError:
         launched.release()
@@ -637,14 +637,13 @@ async def run_command(
             if line is not None and groups is not None and sandbox is not None:
                 launched, process = await groups.start_sandboxed(sandbox, env, line)
             else:
-                process = await anyio.open_process(
+                process = await open_child(
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     cwd=spawn_cwd,
                     env=env,
-                    start_new_session=True,
                 )
     except OSError as exc:
         if launched is not None:
