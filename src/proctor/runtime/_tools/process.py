@@ -50,7 +50,7 @@ from proctor.runtime._tools.sandbox import (
     limit_note,
     prestart,
 )
-from proctor.runtime._tools.spawn import open_child
+from proctor.runtime._tools.spawn import open_child, owns_children
 
 __all__ = (
     "GroupEnd",
@@ -451,7 +451,10 @@ class _Spare:
 
 async def _start_spare(sandbox: SandboxSpec, marker_env: Mapping[str, str] | None) -> _Spare:
     bound = _identity(sandbox.writable)  # before bubblewrap binds it
-    launched = prestart(sandbox, marker_env)
+    # With the sandbox off and children reaped here alone, the spare is its waiting
+    # sh, joined to its cgroup and limited from here before it is handed its line.
+    outside = owns_children()
+    launched = prestart(sandbox, marker_env, outside=outside)
     try:
         process = await open_child(
             launched.argv,
@@ -460,6 +463,7 @@ async def _start_spare(sandbox: SandboxSpec, marker_env: Mapping[str, str] | Non
             stderr=subprocess.STDOUT,
             cwd=launched.cwd,
             env=launched.env,
+            admit=launched.admit if outside else None,
         )
     except OSError:
         launched.release()

@@ -33,6 +33,7 @@ import atexit
 import functools
 import itertools
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -496,16 +497,20 @@ def sandbox_env(spec: SandboxSpec, host_env: Mapping[str, str]) -> dict[str, str
     return env
 
 
+def _rlimits(spec: SandboxSpec) -> tuple[tuple[str, int, int, int], ...]:
+    """The limits every process of a command gets: ``(prlimit's name, resource, soft, hard)``."""
+    return (
+        ("cpu", resource.RLIMIT_CPU, spec.cpu_seconds, spec.cpu_seconds + 5),
+        ("as", resource.RLIMIT_AS, spec.memory_bytes, spec.memory_bytes),
+        ("fsize", resource.RLIMIT_FSIZE, spec.max_file_bytes, spec.max_file_bytes),
+        ("nproc", resource.RLIMIT_NPROC, spec.max_processes, spec.max_processes),
+        ("core", resource.RLIMIT_CORE, 0, 0),
+    )
+
+
 def _limit_argv(spec: SandboxSpec) -> list[str]:
-    return [
-        shutil.which("prlimit") or "prlimit",
-        f"--cpu={spec.cpu_seconds}:{spec.cpu_seconds + 5}",
-        f"--as={spec.memory_bytes}",
-        f"--fsize={spec.max_file_bytes}",
-        f"--nproc={spec.max_processes}",
-        "--core=0",
-        "--",
-    ]
+    limits = [f"--{name}={soft}:{hard}" for name, _, soft, hard in _rlimits(spec)]
+    return [shutil.which("prlimit") or "prlimit", *limits, "--"]
 
 
 def wrap(
@@ -811,6 +816,26 @@ class Launch:
     _cgroup: Path | None = None
     _refused_before: int = 0
     _home: str | None = None
+    _admitted: tuple[tuple[str, int, int, int], ...] | None = None
+
+    def admit(self, pid: int) -> None:
+        """
+        Join process ``pid`` to the command's cgroup and give it the command's limits,
+        from outside: for a launcher that :func:`prestart` made to wait
+        (``outside=True``); nothing is done for any other.
+
+        Call it after spawning the launcher and before handing it its line, while
+        nothing but the caller can reap it (so that ``pid`` names it).
+
+        Raises:
+            OSError: the process is gone, or a limit or the cgroup refused it.
+        """
+        if self._admitted is None:
+            return
+        if self._cgroup is not None:
+            (self._cgroup / "cgroup.procs").write_text(str(pid))
+        for _, which, soft, hard in self._admitted:
+            resource.prlimit(pid, which, (soft, hard))
 
     async def wait_empty(self) -> None:
         """
@@ -867,6 +892,20 @@ def launch(
         SandboxUnavailableError: mode ``auto`` and bubblewrap cannot be used here.
         ConfigError: an empty command.
     """
+    return _launch(argv, spec, cwd, host_env, marker_env, outside=False)
+
+
+def _launch(
+    argv: Sequence[str],
+    spec: SandboxSpec,
+    cwd: str | os.PathLike[str] | None,
+    host_env: Mapping[str, str] | None,
+    marker_env: Mapping[str, str] | None,
+    *,
+    outside: bool,
+) -> Launch:
+    """:func:`launch`; with ``outside`` (mode ``off``), ``argv`` runs as it is, and
+    the cgroup and the limits are given by :meth:`Launch.admit`."""
     henv = os.environ if host_env is None else host_env
     inside = spec.inside
     where = Path(cwd) if cwd is not None else inside
@@ -882,7 +921,7 @@ def launch(
         env = dict(marker_env or {})
         host_cwd = Path(os.path.realpath(spec.writable))
     else:
-        cmd = wrap(argv, spec, where)
+        cmd = list(argv) if outside else wrap(argv, spec, where)
         home = tempfile.mkdtemp(prefix="proctor-home-")
         env = {**sandbox_env(spec, henv), "HOME": home, **(marker_env or {})}
         host_cwd = command_dir(spec, where)
@@ -894,15 +933,18 @@ def launch(
         if cgroup is not None:
             before = _refused_forks(cgroup)
             process_limit = "cgroup"
-            # Join the cgroup before prlimit and bwrap start: nothing forks outside it.
-            cmd = [
-                "/bin/sh",
-                "-c",
-                'echo $$ > "$0" || exit 125; exec "$@"',
-                str(cgroup / "cgroup.procs"),
-                *cmd,
-            ]
-    return Launch(cmd, env, host_cwd, spec.mode == "auto", process_limit, cgroup, before, home)
+            if not outside:
+                # Join the cgroup before prlimit and bwrap start: nothing forks outside it.
+                cmd = [
+                    "/bin/sh",
+                    "-c",
+                    'echo $$ > "$0" || exit 125; exec "$@"',
+                    str(cgroup / "cgroup.procs"),
+                    *cmd,
+                ]
+    admitted = _rlimits(spec) if outside else None
+    sandboxed = spec.mode == "auto"
+    return Launch(cmd, env, host_cwd, sandboxed, process_limit, cgroup, before, home, admitted)
 
 
 # --------------------------------------------------------------------------- prestarting
@@ -963,7 +1005,9 @@ def command_line(argv: Sequence[str], cwd: str | os.PathLike[str]) -> bytes | No
     return line if len(line) <= PRESTART_LINE_LIMIT else None
 
 
-def prestart(spec: SandboxSpec, marker_env: Mapping[str, str] | None = None) -> Launch:
+def prestart(
+    spec: SandboxSpec, marker_env: Mapping[str, str] | None = None, *, outside: bool = False
+) -> Launch:
     """
     Prepare a sandbox that is made before its command is known.
 
@@ -971,17 +1015,24 @@ def prestart(spec: SandboxSpec, marker_env: Mapping[str, str] | None = None) -> 
     limits and (mode ``auto``) lets bubblewrap build its namespaces and mounts,
     then waits for the line :func:`command_line` gives and runs it as the
     sandbox's command: one sandbox per command, as :func:`launch` makes, with the
-    set-up done ahead. With mode ``off`` the same launcher runs on the host, its
-    line naming the host directory (:func:`command_dir`).
+    set-up done ahead. With mode ``off`` it runs on the host, its line naming the
+    host directory (:func:`command_dir`).
 
     Args:
         spec: the sandbox.
         marker_env: variables for the launcher process only (see :func:`launch`).
+        outside: with mode ``off``, the launcher is the waiting ``sh`` alone, and
+            the caller joins it to its cgroup and gives it its limits
+            (:meth:`Launch.admit`) before handing it its line: that ``sh`` runs
+            nothing until then. Only for a caller that alone reaps the process.
+            Ignored with mode ``auto`` (bubblewrap forks as it starts).
 
     Raises:
         SandboxUnavailableError: mode ``auto`` and bubblewrap cannot be used here.
     """
-    return launch(["/bin/sh", "-c", _TRAMPOLINE], spec, spec.inside, marker_env=marker_env)
+    trampoline = ["/bin/sh", "-c", _TRAMPOLINE]
+    outside = outside and spec.mode == "off"
+    return _launch(trampoline, spec, spec.inside, None, marker_env, outside=outside)
 
 
 def limit_note(code: int | None, sandboxed: bool, forks_refused: bool) -> str | None:

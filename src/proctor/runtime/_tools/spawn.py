@@ -230,6 +230,7 @@ def _spawn(
     cwd: Path,
     env: Mapping[str, str] | None,
     start_new_session: bool,
+    admit: Callable[[int], None] | None,
 ) -> Child:
     popen = subprocess.Popen(
         list(argv),
@@ -241,14 +242,19 @@ def _spawn(
         env=env,
         start_new_session=start_new_session,
     )
+    pidfd: int | None = None
     try:
         pidfd = os.pidfd_open(popen.pid)
-    except OSError:
+        if admit is not None:
+            admit(popen.pid)
+    except BaseException:
         popen.kill()
         popen.wait()
         for pipe in (popen.stdin, popen.stdout, popen.stderr):
             if pipe is not None:
                 pipe.close()
+        if pidfd is not None:
+            os.close(pidfd)
         raise
     return Child(popen, pidfd)
 
@@ -262,6 +268,7 @@ async def open_child(
     cwd: Path,
     env: Mapping[str, str] | None,
     start_new_session: bool = True,
+    admit: Callable[[int], None] | None = None,
 ) -> Process:
     """
     Start ``argv`` as a child process; like ``anyio.open_process``, with these arguments.
@@ -277,11 +284,18 @@ async def open_child(
         cwd: the working directory.
         env: the whole environment; None inherits this process's.
         start_new_session: give the child a session (and process group) of its own.
+        admit: called with the child's pid before this returns, in the worker
+            thread, while nothing can have reaped it (a cgroup to join, limits to
+            set); when it raises, the child is killed and collected and the error
+            propagates. Only where :func:`owns_children` is true.
 
     Raises:
         OSError: the program could not be started.
+        ValueError: ``admit`` where :func:`owns_children` is false.
     """
     if not owns_children():
+        if admit is not None:
+            raise ValueError("admit needs children this process alone reaps (owns_children())")
         return await anyio.open_process(
             argv,
             stdin=stdin,
@@ -292,7 +306,7 @@ async def open_child(
             start_new_session=start_new_session,
         )
     spawn: Callable[[], Any] = functools.partial(
-        _spawn, argv, stdin, stdout, stderr, cwd, env, start_new_session
+        _spawn, argv, stdin, stdout, stderr, cwd, env, start_new_session, admit
     )
     child: Child = await anyio.to_thread.run_sync(spawn)
     return child
