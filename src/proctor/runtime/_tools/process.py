@@ -258,6 +258,7 @@ class ProcessGroups:
     _wanted: dict[Hashable, tuple[SandboxSpec, Mapping[str, str] | None]] = attrs.field(
         factory=dict, init=False
     )
+    _making: dict[Hashable, anyio.Event] = attrs.field(factory=dict, init=False)
     _wake: anyio.Event | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
@@ -350,25 +351,31 @@ class ProcessGroups:
     async def _replenish(
         self, key: Hashable, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
     ) -> None:
-        if key in self._spares:
+        if key in self._spares or key in self._making:
             return
-        with anyio.CancelScope(shield=True):  # a spare half made would have no owner
-            try:
-                spare = await _start_spare(sandbox, marker_env)
-            except (OSError, ProctorError) as exc:
-                log.info("process.prestart_failed", error=str(exc))
-                return
-            if self._closed or key in self._spares:
-                await _discard(spare.launched, spare.process)
-            else:
-                self._spares[key] = spare
+        made = self._making[key] = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):  # a spare half made would have no owner
+                try:
+                    spare = await _start_spare(sandbox, marker_env)
+                except (OSError, ProctorError) as exc:
+                    log.info("process.prestart_failed", error=str(exc))
+                    return
+                if self._closed or key in self._spares:
+                    await _discard(spare.launched, spare.process)
+                else:
+                    self._spares[key] = spare
+        finally:
+            del self._making[key]
+            made.set()
 
     async def start_sandboxed(
         self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None, line: bytes
     ) -> tuple[Launch, Process]:
         """
-        Hand the command ``line`` to a sandbox made ahead (made now when there is
-        none); return the sandbox and its launcher. Once the command has ended,
+        Hand the command ``line`` to a sandbox made ahead (waited for while it is
+        being made; made now when there is none); return the sandbox and its
+        launcher. Once the command has ended,
         :meth:`replace_spare` has the next one made.
 
         Args:
@@ -382,6 +389,10 @@ class ProcessGroups:
         """
         key = _spare_key(sandbox, marker_env)
         for attempt in (1, 2):
+            making = self._making.get(key)
+            if making is not None and key not in self._spares:
+                # Started before this command came: ready no later than one made now.
+                await making.wait()
             spare = self._spares.pop(key, None)
             if spare is not None and not spare.usable(sandbox):
                 await _discard(spare.launched, spare.process)
