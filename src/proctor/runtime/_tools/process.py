@@ -259,6 +259,7 @@ class ProcessGroups:
         factory=dict, init=False
     )
     _making: dict[Hashable, anyio.Event] = attrs.field(factory=dict, init=False)
+    _used: list[Launch] = attrs.field(factory=list, init=False)
     _wake: anyio.Event | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
@@ -300,6 +301,7 @@ class ProcessGroups:
         """
         self._closed = True
         await self.close_spares()
+        await self._tidy()
         groups = self.live()
         ended = await end_groups([info.pgid for info in groups], grace)
         for info in groups:
@@ -330,8 +332,14 @@ class ProcessGroups:
                 while self._wanted and not self._closed:
                     key, (sandbox, marker_env) = self._wanted.popitem()
                     await self._replenish(key, sandbox, marker_env)
+                await self._tidy()
         finally:
             self._wake = None
+
+    async def _tidy(self) -> None:
+        """Remove the private homes of the commands that have ended, in a worker thread."""
+        while self._used:
+            await anyio.to_thread.run_sync(self._used.pop().remove_home)
 
     def prepare(self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None = None) -> None:
         """
@@ -413,24 +421,27 @@ class ProcessGroups:
         return launched, process
 
     async def replace_spare(
-        self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
+        self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None, used: Launch
     ) -> None:
         """
         Have the next command's sandbox made, once a command has taken the spare
-        and ended: by :meth:`keep_spares` when it runs, else now.
+        and ended, and what is left of the used one removed: by :meth:`keep_spares`
+        when it runs, else now.
 
         Args:
             sandbox: the sandbox.
             marker_env: the launcher's variables.
+            used: the sandbox the command ran in, released but for its private home.
         """
-        if self._closed:
-            return
+        self._used.append(used)
         key = _spare_key(sandbox, marker_env)
-        if self._wake is not None:
+        if self._wake is not None and not self._closed:
             self._wanted[key] = (sandbox, marker_env)
             self._wake.set()
-        else:
+            return
+        if not self._closed:
             await self._replenish(key, sandbox, marker_env)
+        await self._tidy()
 
 
 def _spare_key(sandbox: SandboxSpec, marker_env: Mapping[str, str] | None) -> Hashable:
@@ -708,12 +719,14 @@ async def run_command(
                 groups.discard(pgid)
                 if groups.on_end is not None:
                     await groups.on_end(pgid, how if how is not None else "killed")
-    forks_refused = launched.release() if launched is not None else False
+    prestarted = line is not None and groups is not None and sandbox is not None
+    # A prestarted sandbox's home is removed with the next one made, off this path.
+    forks_refused = launched.release(keep_home=prestarted) if launched is not None else False
     duration = time.monotonic() - started
-    if line is not None and groups is not None and sandbox is not None:
+    if prestarted and groups is not None and sandbox is not None and launched is not None:
         # After the command, not while it runs: making a sandbox takes the event loop
         # for a millisecond or two, which a short command would wait for.
-        await groups.replace_spare(sandbox, env)
+        await groups.replace_spare(sandbox, env, launched)
     output = capture.text()
     if limit.cancelled_caught and not leader_exited:
         log.info("process.time_limit", pgid=pgid, command=label, time_limit=time_limit)

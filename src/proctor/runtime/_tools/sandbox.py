@@ -855,17 +855,29 @@ class Launch:
             await anyio.sleep(pause)
             pause = min(pause * 2, 0.005)
 
-    def release(self) -> bool:
-        """Give back the cgroup and the private home; return whether forks were refused."""
+    def release(self, *, keep_home: bool = False) -> bool:
+        """
+        Give back the cgroup and the private home; return whether forks were refused.
+
+        Args:
+            keep_home: leave the private home to :meth:`remove_home`, for a caller
+                that removes it off its path (removing a directory can wait on the
+                disk for milliseconds).
+        """
         refused = False
         if self._cgroup is not None:
             refused = _refused_forks(self._cgroup) > self._refused_before
             _release_cgroup(self._cgroup)
             self._cgroup = None
-        if self._home is not None:
-            shutil.rmtree(self._home, ignore_errors=True)
-            self._home = None
+        if not keep_home:
+            self.remove_home()
         return refused
+
+    def remove_home(self) -> None:
+        """Remove the private home (mode ``off``), if there is one; blocks on the disk."""
+        home, self._home = self._home, None
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def launch(
