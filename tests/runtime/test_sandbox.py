@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -407,21 +408,35 @@ async def test_the_time_limit_kills_the_whole_sandbox(ws: Path) -> None:
 
 # --------------------------------------------------------------------------- limits
 
+# The limits hold with the sandbox off too (the rlimits and the pids cgroup); each
+# limit test runs in both modes, each mode both ways it is launched.
 
-async def test_a_fork_bomb_is_bounded(ws: Path) -> None:
+
+@pytest.fixture(params=["auto", "off"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def killed_by(r: Ran, signum: int) -> bool:
+    """Whether the command died of ``signum`` (bubblewrap reports it as 128+N)."""
+    return r.exit_code == (128 + signum if r.sandboxed else -signum)
+
+
+async def test_a_fork_bomb_is_bounded(ws: Path, mode: str) -> None:
     token = f"tok-{uuid.uuid4().hex}"
     r = await sh(
         f"i=0; while [ $i -lt 300 ]; do (sleep 30; : {token}) & i=$((i+1)); done 2>/dev/null;"
         " echo spawned",
         ws,
         max_processes=32,
+        mode=mode,
     )
     # The shell itself cannot fork any more and gives up; the note says why.
     assert "process limit reached" in r.output or os.getuid() != 0
     assert pids_with(token) == []
 
 
-async def test_the_process_limit_counts(ws: Path) -> None:
+async def test_the_process_limit_counts(ws: Path, mode: str) -> None:
     code = (
         "import os,time\nn=0\n"
         "for i in range(100):\n"
@@ -429,7 +444,7 @@ async def test_the_process_limit_counts(ws: Path) -> None:
         "    if pid==0:\n        time.sleep(3); os._exit(0)\n    n+=1\n"
         "print('forked',n)\n"
     )
-    r = await run([PY, "-c", code], spec_for(ws, max_processes=20), ws)
+    r = await run([PY, "-c", code], spec_for(ws, max_processes=20, mode=mode), ws)
     assert int(r.output.split()[1]) < 20, r.output
 
 
@@ -494,30 +509,51 @@ async def test_output_is_bounded(ws: Path) -> None:
     assert r.output.rstrip().endswith("END")
 
 
-async def test_a_big_file_is_bounded(ws: Path) -> None:
-    r = await sh("exec head -c 10000000 /dev/zero > big", ws, max_file_bytes=1 << 20)
-    assert r.exit_code == 128 + 25
+async def test_a_big_file_is_bounded(ws: Path, mode: str) -> None:
+    r = await sh("exec head -c 10000000 /dev/zero > big", ws, max_file_bytes=1 << 20, mode=mode)
+    assert killed_by(r, signal.SIGXFSZ), r
     assert "file size limit" in r.output
     assert (ws / "big").stat().st_size == 1 << 20
     r = await run(
         [PY, "-c", "open('big2','wb').write(b'0'*(4<<20))"],
-        spec_for(ws, max_file_bytes=1 << 20),
+        spec_for(ws, max_file_bytes=1 << 20, mode=mode),
         ws,
     )
     assert r.exit_code == 1
     assert "File too large" in r.output
 
 
-async def test_the_memory_limit(ws: Path) -> None:
-    r = await run([PY, "-c", "b=bytearray(2<<30)"], spec_for(ws, memory_bytes=1 << 30), ws)
+async def test_the_memory_limit(ws: Path, mode: str) -> None:
+    spec = spec_for(ws, memory_bytes=1 << 30, mode=mode)
+    r = await run([PY, "-c", "b=bytearray(2<<30)"], spec, ws)
     assert r.exit_code == 1
     assert "MemoryError" in r.output
 
 
-async def test_the_cpu_limit(ws: Path) -> None:
-    r = await run([PY, "-c", "while True: pass"], spec_for(ws, cpu_seconds=1), ws)
-    assert r.exit_code == 128 + 24
+async def test_the_cpu_limit(ws: Path, mode: str) -> None:
+    r = await run([PY, "-c", "while True: pass"], spec_for(ws, cpu_seconds=1, mode=mode), ws)
+    assert killed_by(r, signal.SIGXCPU), r
     assert "CPU time limit" in r.output
+
+
+async def test_no_core_files(ws: Path, mode: str) -> None:
+    r = await sh("ulimit -c; ulimit -Hc", ws, mode=mode)
+    assert r.output.split() == ["0", "0"]
+
+
+async def test_the_limits_are_soft_and_hard(ws: Path, mode: str) -> None:
+    # Soft and hard alike (dash's ulimit: -v in KiB, -f in 512-byte blocks, -p
+    # processes), the CPU's hard limit 5 s above the soft one: none can be raised.
+    spec = spec_for(
+        ws, cpu_seconds=7, memory_bytes=3 << 30, max_file_bytes=5 << 20, max_processes=77, mode=mode
+    )
+    shown = "; ".join(f"ulimit -{f}" for f in ("St", "Ht", "Sv", "Hv", "Sf", "Hf", "Sp", "Hp"))
+    script = f"{shown}; ulimit -v unlimited 2>/dev/null || echo kept"
+    r = await run(["sh", "-c", script], spec, ws)
+    lines = r.output.split()
+    blocks = (5 << 20) // 512  # dash: 512-byte blocks
+    limits = ["7", "12", str(3 << 20), str(3 << 20), str(blocks), str(blocks), "77", "77"]
+    assert lines == [*limits, "kept"]
 
 
 async def test_binary_output_becomes_text(ws: Path) -> None:

@@ -1,6 +1,7 @@
 """
 Sandboxes made ahead: each command still gets a sandbox of its own, the spare
-never outlives its process groups, and a command line reaches the sandbox intact.
+never outlives its process groups, and a command line reaches the sandbox intact;
+with the sandbox off, a command made ahead is set up as one made for it.
 
 tests/runtime/test_sandbox.py runs every boundary test both ways (a sandbox made
 for the command, and one made ahead); these are about the spares themselves.
@@ -9,12 +10,14 @@ for the command, and one made ahead); these are about the spares themselves.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -22,8 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proctor.runtime._records import ToolStatus
+from proctor.runtime._tools import process
 from proctor.runtime._tools import sandbox as sb
 from proctor.runtime._tools.process import ProcessGroups, pid_alive, run_command
+from proctor.runtime._tools.spawn import owns_children
 
 needs_sandbox = pytest.mark.skipif(
     sb.sandbox_available() is not None, reason=str(sb.sandbox_available())
@@ -82,6 +87,10 @@ def launchers(groups: ProcessGroups) -> list[int]:
     """The pids of the spares' launchers (read from the groups: a launcher just
     spawned may be between two execs, when /proc shows no environment)."""
     return [spare.process.pid for spare in groups._spares.values()]
+
+
+def proc_file(pid: int, name: str) -> str:
+    return Path(f"/proc/{pid}/{name}").read_text()
 
 
 def cmdline(pid: int) -> bytes:
@@ -231,3 +240,148 @@ async def test_a_spare_of_a_replaced_workspace_is_not_used(
     await sh("touch old-file", ws, groups, token)  # the spare now binds this directory
     replace_directory(ws)
     assert (await sh("ls", ws, groups, token)).split() == ["new-file"]
+
+
+# --------------------------------------------------------------------------- with the sandbox off
+
+# A run's commands go to a launcher made ahead with the sandbox off too: where
+# proctor reaps its children itself, the waiting sh alone, joined to its cgroup
+# and limited from outside before it is handed its line.
+
+needs_pidfd = pytest.mark.skipif(not owns_children(), reason="pidfds are not usable here")
+
+
+def spec_off(ws: Path) -> sb.SandboxSpec:
+    return sb.SandboxSpec(
+        writable=ws, mode="off", cpu_seconds=33, memory_bytes=3 << 30, max_processes=77
+    )
+
+
+async def sh_off(script: str, ws: Path, groups: ProcessGroups | None, token: str) -> str:
+    done = await run_command(
+        ["sh", "-c", script],
+        cwd=ws / "sub",
+        time_limit=30,
+        env={"PROCTOR_RUN": token},
+        groups=groups,
+        sandbox=spec_off(ws),
+    )
+    assert done.status is ToolStatus.OK, done.output
+    return done.output
+
+
+async def test_off_a_command_made_ahead_is_set_up_as_one_made_for_it(
+    ws: Path, groups: ProcessGroups, token: str
+) -> None:
+    (ws / "sub").mkdir()
+    # Everything but the names that differ by design (the private home's, the cgroup's).
+    probe = (
+        "env | sort | sed 's,proctor-home-[^/]*,HOME,'; ulimit -a; ulimit -Ha; echo $0; pwd;"
+        " sed 's,proctor-sandbox-.*,proctor-sandbox,' /proc/self/cgroup | grep pids;"
+        " grep -E '^(NSpid|NSsid|NSpgid)' /proc/self/status | sed 's/[0-9]//g'"
+    )
+    made_for_it = await sh_off(probe, ws, None, token)
+    first = await sh_off(probe, ws, groups, token)  # the first spare, made on its path
+    second = await sh_off(probe, ws, groups, token)  # one made ahead
+    assert first == made_for_it
+    assert second == made_for_it
+    assert "PROCTOR_RUN=" + token in made_for_it.split()
+
+
+@needs_pidfd
+async def test_off_the_spare_waits_joined_and_limited(ws: Path, token: str) -> None:
+    groups = ProcessGroups(prestart=True)
+    try:
+        groups.prepare(spec_off(ws), {"PROCTOR_RUN": token})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(groups.keep_spares)
+            with anyio.fail_after(30):
+                # Polling: the spare is made in the background, with no event for a test.
+                while not launchers(groups):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        (spare,) = launchers(groups)
+        # Nothing of it runs yet but the trampoline: it has its limits and its cgroup.
+        assert cmdline(spare).split(b"\0")[:2] == [b"/bin/sh", b"-c"]
+        limits = proc_file(spare, "limits")
+        assert any(line.split()[-3:] == ["33", "38", "seconds"] for line in limits.splitlines())
+        assert str(3 << 30) in limits
+        (made,) = groups._spares.values()
+        if made.launched.process_limit == "cgroup":
+            assert "proctor-sandbox-" in proc_file(spare, "cgroup")
+    finally:
+        await groups.terminate_all()
+    assert marked(token) == []
+
+
+async def test_off_the_spare_ends_with_the_groups(ws: Path, token: str) -> None:
+    (ws / "sub").mkdir()
+    groups = ProcessGroups(prestart=True)
+    await sh_off("true", ws, groups, token)
+    spares = launchers(groups)
+    assert len(spares) == 1, "a spare should be waiting for the next command"
+    await groups.terminate_all()
+    assert not [p for p in spares if pid_alive(p) and cmdline(p)]
+    assert marked(token) == []
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["made-on-the-path", "by-its-task"])
+async def test_off_the_private_homes_go(ws: Path, token: str, ahead: bool) -> None:
+    (ws / "sub").mkdir()
+    groups = ProcessGroups(prestart=True)
+    homes: list[str] = []
+    async with anyio.create_task_group() as tg:
+        if ahead:
+            tg.start_soon(groups.keep_spares)
+        for _ in range(3):
+            homes.append((await sh_off("touch $HOME/x; echo $HOME", ws, groups, token)).strip())
+        tg.cancel_scope.cancel()
+    await groups.terminate_all()
+    assert len(set(homes)) == 3  # a home of its own for each command
+    assert [h for h in homes if await anyio.Path(h).exists()] == []
+
+
+@needs_pidfd
+async def test_off_a_spare_refused_its_limits_runs_nothing(
+    ws: Path, groups: ProcessGroups, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "sub").mkdir()
+
+    def refuse(pid: int, which: int, limits: tuple[int, int]) -> None:
+        raise PermissionError("limit refused")
+
+    monkeypatch.setattr(resource, "prlimit", refuse)
+    done = await run_command(
+        ["sh", "-c", f"touch ran; : {token}"],
+        cwd=ws / "sub",
+        time_limit=30,
+        env={"PROCTOR_RUN": token},
+        groups=groups,
+        sandbox=spec_off(ws),
+    )
+    assert done.status is ToolStatus.ERROR
+    assert "could not start" in done.output
+    assert not (ws / "sub" / "ran").exists()
+    assert marked(token) == []
+
+
+async def test_a_command_waits_for_the_spare_being_made(
+    ws: Path, groups: ProcessGroups, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "sub").mkdir()
+    made: list[int] = []
+    start_spare = process._start_spare
+
+    async def counted(sandbox: sb.SandboxSpec, marker_env: Mapping[str, str] | None) -> Any:
+        spare = await start_spare(sandbox, marker_env)
+        made.append(spare.process.pid)
+        return spare
+
+    monkeypatch.setattr(process, "_start_spare", counted)
+    groups.prepare(spec_off(ws), {"PROCTOR_RUN": token})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(groups.keep_spares)
+        await anyio.wait_all_tasks_blocked()  # the spare is being made
+        pid = int(await sh_off("echo $$", ws, groups, token))
+        tg.cancel_scope.cancel()
+    assert made[0] == pid  # the command ran in it, and no second one was made for it

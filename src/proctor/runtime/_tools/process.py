@@ -25,6 +25,7 @@ can end them (:meth:`ProcessGroups.terminate_all`) and a journal can record them
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -339,7 +340,12 @@ class ProcessGroups:
     async def _tidy(self) -> None:
         """Remove the private homes of the commands that have ended, in a worker thread."""
         while self._used:
-            await anyio.to_thread.run_sync(self._used.pop().remove_home)
+            used = self._used[-1]
+            # Taken off the list once removed: a cancellation before the thread runs
+            # leaves it to the next tidy (terminate_all's at the latest).
+            await anyio.to_thread.run_sync(used.remove_home)
+            with contextlib.suppress(ValueError):  # a concurrent tidy took it first
+                self._used.remove(used)
 
     def prepare(self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None = None) -> None:
         """

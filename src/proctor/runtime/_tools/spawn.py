@@ -80,10 +80,13 @@ class _PipeReceive(ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         if not self._file.closed:
             anyio.notify_closing(self._fd)
             self._file.close()
+
+    async def aclose(self) -> None:
+        self.close()
         await anyio.lowlevel.checkpoint()
 
 
@@ -112,10 +115,13 @@ class _PipeSend(ByteSendStream):
                 await anyio.lowlevel.cancel_shielded_checkpoint()
                 return
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         if not self._file.closed:
             anyio.notify_closing(self._fd)
             self._file.close()
+
+    async def aclose(self) -> None:
+        self.close()
         await anyio.lowlevel.checkpoint()
 
 
@@ -207,7 +213,7 @@ class Child(Process):
         """Close the pipes and wait for the child (killed if this is cancelled)."""
         for stream in (self._stdin, self._stdout, self._stderr):
             if stream is not None:
-                await stream.aclose()
+                stream.close()
         try:
             await self.wait()
         except BaseException:
