@@ -240,8 +240,7 @@ class ProcessGroups:
     (:func:`~proctor.runtime._tools.sandbox.prestart`), and the next one is made
     at once: one spare per sandbox and launcher environment, each used for one
     command only. The spare is made by :meth:`keep_spares` when a task runs it (a
-    run does), off the command's path, while the command that took the last one
-    runs; else before the command's call returns.
+    run does), off the command's path; else before the command's call returns.
     Whoever sets ``prestart`` must call :meth:`terminate_all` when the run ends:
     it ends the spares, and none is kept after it.
 
@@ -390,9 +389,8 @@ class ProcessGroups:
         """
         Hand the command ``line`` to a sandbox made ahead (waited for while it is
         being made; made now when there is none); return the sandbox and its
-        launcher. The next one is asked of :meth:`keep_spares` at once, when it
-        runs (made while the command runs); else :meth:`replace_spare` makes it
-        once the command has ended.
+        launcher. Once the command has ended,
+        :meth:`replace_spare` has the next one made.
 
         Args:
             sandbox: the sandbox.
@@ -426,11 +424,6 @@ class ProcessGroups:
                     raise OSError("the prestarted sandbox ended before its command") from None
                 continue
             break
-        if self._wake is not None and not self._closed:
-            # In a worker thread and child processes, while this command runs: the
-            # next command, if it comes soon, waits less for it.
-            self._wanted[key] = (sandbox, marker_env)
-            self._wake.set()
         return launched, process
 
     async def replace_spare(
@@ -438,9 +431,8 @@ class ProcessGroups:
     ) -> None:
         """
         Have the next command's sandbox made, once a command has taken the spare
-        and ended (unless :meth:`start_sandboxed` had it made already), and what
-        is left of the used one removed: by :meth:`keep_spares` when it runs, else
-        now.
+        and ended, and what is left of the used one removed: by :meth:`keep_spares`
+        when it runs, else now.
 
         Args:
             sandbox: the sandbox.
@@ -738,8 +730,8 @@ async def run_command(
     forks_refused = launched.release(keep_home=prestarted) if launched is not None else False
     duration = time.monotonic() - started
     if prestarted and groups is not None and sandbox is not None and launched is not None:
-        # Without keep_spares, the next sandbox is made now, after the command, not
-        # while it runs: its making would take the event loop the command's end waits on.
+        # After the command, not while it runs: making a sandbox takes the event loop
+        # for a millisecond or two, which a short command would wait for.
         await groups.replace_spare(sandbox, env, launched)
     output = capture.text()
     if limit.cancelled_caught and not leader_exited:
