@@ -21,6 +21,10 @@ started dies with it.
 
 :class:`ProcessGroups` tracks the groups alive in a run, so that ending the run
 can end them (:meth:`ProcessGroups.terminate_all`) and a journal can record them.
+
+Commands and the sandboxes made ahead start through
+:func:`~proctor.runtime._tools.spawn.open_child`: in a worker thread, and reaped
+by proctor itself through a pidfd.
 """
 
 from __future__ import annotations

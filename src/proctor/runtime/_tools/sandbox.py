@@ -20,8 +20,10 @@ values the task declares; nothing else of proctor's environment reaches it.
 Limits come from ``prlimit`` before ``bwrap`` (inherited by everything inside):
 CPU seconds and address space per process, the largest file, no core files; and
 a pids cgroup for the process count when one can be made (``RLIMIT_NPROC`` is
-not enforced for root). See ``docs/security.md`` for the threat model: what this
-protects against and what it does not.
+not enforced for root). A launcher made ahead with the sandbox off is given the
+same cgroup and limits from outside while it waits (:meth:`Launch.admit`). See
+``docs/security.md`` for the threat model: what this protects against and what
+it does not.
 
 :func:`launch` is the one way to start a command under a :class:`SandboxSpec`;
 ``run_command`` and the verifier's command checks both use it.
