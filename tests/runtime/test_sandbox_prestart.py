@@ -14,6 +14,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -385,3 +386,34 @@ async def test_a_command_waits_for_the_spare_being_made(
         pid = int(await sh_off("echo $$", ws, groups, token))
         tg.cancel_scope.cancel()
     assert made[0] == pid  # the command ran in it, and no second one was made for it
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["made-for-it", "made-ahead"])
+async def test_off_a_cancelled_command_leaves_no_home(
+    ws: Path, token: str, fifo_path: Path, ahead: bool
+) -> None:
+    # Before, a cancelled call skipped the release: its home (and its pids cgroup) stayed.
+    (ws / "sub").mkdir()
+    groups = ProcessGroups(prestart=True) if ahead else None
+    home: list[str] = []
+
+    async def command() -> None:
+        await sh_off(f"echo $HOME > {fifo_path}; sleep 30", ws, groups, token)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(command)
+        with anyio.fail_after(10):
+            home.append((await anyio.to_thread.run_sync(fifo_path.read_text)).strip())
+        tg.cancel_scope.cancel()
+    if groups is not None:
+        await groups.terminate_all()
+    assert home[0].startswith(tempfile.gettempdir())
+    assert not await anyio.Path(home[0]).exists()
+    assert marked(token) == []
+
+
+@pytest.fixture
+def fifo_path(tmp_path: Path) -> Path:
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path

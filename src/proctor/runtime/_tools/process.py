@@ -430,20 +430,33 @@ class ProcessGroups:
             break
         return launched, process
 
+    def leave(self, used: Launch) -> None:
+        """
+        Take the sandbox a command ran in, released but for its private home, and
+        remove the home off the command's path: with the next spare made
+        (:meth:`replace_spare`), at :meth:`terminate_all` at the latest; now, once
+        the groups are closed.
+
+        Args:
+            used: the command's sandbox.
+        """
+        if self._closed:
+            used.remove_home()
+        else:
+            self._used.append(used)
+
     async def replace_spare(
-        self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None, used: Launch
+        self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
     ) -> None:
         """
         Have the next command's sandbox made, once a command has taken the spare
-        and ended, and what is left of the used one removed: by :meth:`keep_spares`
-        when it runs, else now.
+        and ended, and what is left of the used ones removed (:meth:`leave`): by
+        :meth:`keep_spares` when it runs, else now.
 
         Args:
             sandbox: the sandbox.
             marker_env: the launcher's variables.
-            used: the sandbox the command ran in, released but for its private home.
         """
-        self._used.append(used)
         key = _spare_key(sandbox, marker_env)
         if self._wake is not None and not self._closed:
             self._wanted[key] = (sandbox, marker_env)
@@ -690,6 +703,7 @@ async def run_command(
             duration=time.monotonic() - started,
         )
     pgid = process.pid  # a session leader leads its own group
+    forks_refused = False
     capture = _Capture(output_limit)
     how: GroupEnd | None = None
     leader_exited = False
@@ -729,14 +743,17 @@ async def run_command(
                 groups.discard(pgid)
                 if groups.on_end is not None:
                     await groups.on_end(pgid, how if how is not None else "killed")
-    prestarted = line is not None and groups is not None and sandbox is not None
-    # A prestarted sandbox's home is removed with the next one made, off this path.
-    forks_refused = launched.release(keep_home=prestarted) if launched is not None else False
+        if launched is not None:
+            # Given back however the call ends, a cancellation too. A prestarted
+            # sandbox's home is left to the groups, which remove it off this path.
+            forks_refused = launched.release(keep_home=groups is not None and line is not None)
+            if groups is not None and line is not None:
+                groups.leave(launched)
     duration = time.monotonic() - started
-    if prestarted and groups is not None and sandbox is not None and launched is not None:
+    if line is not None and groups is not None and sandbox is not None:
         # After the command, not while it runs: making a sandbox takes the event loop
         # for a millisecond or two, which a short command would wait for.
-        await groups.replace_spare(sandbox, env, launched)
+        await groups.replace_spare(sandbox, env)
     output = capture.text()
     if limit.cancelled_caught and not leader_exited:
         log.info("process.time_limit", pgid=pgid, command=label, time_limit=time_limit)
