@@ -56,13 +56,26 @@ def owns_children() -> bool:
     return True
 
 
-class _PipeReceive(ByteReceiveStream):
-    """The reading end of a child's pipe, read without blocking the loop."""
+class _PipeEnd:
+    """One end of a child's pipe, made non-blocking; closing it wakes its waiters."""
 
     def __init__(self, file: IO[bytes]) -> None:
         self._file = file
         self._fd = file.fileno()
         os.set_blocking(self._fd, False)
+
+    def close(self) -> None:
+        if not self._file.closed:
+            anyio.notify_closing(self._fd)
+            self._file.close()
+
+    async def aclose(self) -> None:
+        self.close()
+        await anyio.lowlevel.checkpoint()
+
+
+class _PipeReceive(_PipeEnd, ByteReceiveStream):
+    """The reading end of a child's pipe, read without blocking the loop."""
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         while True:
@@ -80,23 +93,9 @@ class _PipeReceive(ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
-    def close(self) -> None:
-        if not self._file.closed:
-            anyio.notify_closing(self._fd)
-            self._file.close()
 
-    async def aclose(self) -> None:
-        self.close()
-        await anyio.lowlevel.checkpoint()
-
-
-class _PipeSend(ByteSendStream):
+class _PipeSend(_PipeEnd, ByteSendStream):
     """The writing end of a child's pipe, written without blocking the loop."""
-
-    def __init__(self, file: IO[bytes]) -> None:
-        self._file = file
-        self._fd = file.fileno()
-        os.set_blocking(self._fd, False)
 
     async def send(self, item: bytes) -> None:
         view = memoryview(item)
@@ -114,15 +113,6 @@ class _PipeSend(ByteSendStream):
             if not view:
                 await anyio.lowlevel.cancel_shielded_checkpoint()
                 return
-
-    def close(self) -> None:
-        if not self._file.closed:
-            anyio.notify_closing(self._fd)
-            self._file.close()
-
-    async def aclose(self) -> None:
-        self.close()
-        await anyio.lowlevel.checkpoint()
 
 
 class Child(Process):
