@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase, translate
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import attrs
 
@@ -52,6 +52,7 @@ from proctor.verifiers._index import (
     pack,
     unpack,
 )
+from proctor.verifiers._index import StatSignature as StatSignature
 from proctor.verifiers._watch import TreeWatcher, open_watcher
 
 __all__ = (
@@ -421,64 +422,6 @@ def _timestamp_window(root: str) -> float:
     except OSError:
         return 2.0
     return 2.0 if not kind or kind in _COARSE_FILE_SYSTEMS or kind.startswith("fuse") else 0.1
-
-
-_SIGNED: Final = struct.Struct("<6q")
-
-
-@attrs.define(eq=False)
-class StatSignature:
-    """
-    What a full walk saw of a tree's stat fields, hashed: the pin of a candidate
-    verified in place (:mod:`proctor.verifiers._pin`).
-
-    In the walk's order (directories as a stack, entries by name), each
-    directory's own stat (taken before it is listed) and each entry's name and
-    stat fields (size, mtime, inode, device, ctime, mode). Two walks of a tree
-    that nothing changed in between give the same :attr:`digest`; any write, a
-    rename, an entry added and removed again, moves a ctime and gives another.
-
-    Also noted: the ignored entries and special files (``hidden``), the
-    symlinks, the regular files' apparent size, the newest timestamp met, and
-    whether an entry vanished while walking (``broken``).
-    """
-
-    hidden: list[str] = attrs.field(factory=list)
-    links: list[str] = attrs.field(factory=list)
-    size: int = 0
-    newest: int = 0
-    broken: bool = False
-    _hash: Any = attrs.field(factory=lambda: hashlib.blake2b(digest_size=32))
-
-    @property
-    def digest(self) -> bytes:
-        """The signature."""
-        return bytes(self._hash.digest())
-
-    def directory(self, rel: str, path: str) -> None:
-        """A directory, stat'ed now (before it is listed)."""
-        st = os.lstat(path)
-        self._hash.update(b"\1" + rel.encode("utf-8", "surrogateescape") + b"\0")
-        self._entry(st)
-
-    def entry(self, rel: str, name: str, st: os.stat_result) -> None:
-        """A non-directory entry that is part of the candidate (or a special file)."""
-        self._hash.update(name.encode("utf-8", "surrogateescape") + b"\0")
-        self._entry(st)
-        if stat.S_ISLNK(st.st_mode):
-            self.links.append(rel)
-        elif stat.S_ISREG(st.st_mode):
-            self.size += st.st_size
-        else:
-            self.hidden.append(rel)
-
-    def _entry(self, st: os.stat_result) -> None:
-        self.newest = max(self.newest, st.st_mtime_ns, st.st_ctime_ns)
-        self._hash.update(
-            _SIGNED.pack(
-                st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns, st.st_mode, st.st_size
-            )
-        )
 
 
 @attrs.define(eq=False)

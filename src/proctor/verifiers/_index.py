@@ -25,10 +25,12 @@ them.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
@@ -36,6 +38,7 @@ from proctor._errors import ConfigError
 
 __all__ = (
     "Manifest",
+    "StatSignature",
     "diff",
     "names_of",
     "node_digest",
@@ -294,3 +297,61 @@ def diff(before: Manifest, after: Manifest) -> tuple[str, ...]:
                 else:
                     changed.extend(p for p, _ in side.records(path))
     return tuple(sorted(set(changed)))
+
+
+_SIGNED: Final = struct.Struct("<6q")
+
+
+@attrs.define(eq=False)
+class StatSignature:
+    """
+    What a full walk saw of a tree's stat fields, hashed: the pin of a candidate
+    verified in place (:mod:`proctor.verifiers._pin`).
+
+    In the walk's order (directories as a stack, entries by name), each
+    directory's own stat (taken before it is listed) and each entry's name and
+    stat fields (size, mtime, inode, device, ctime, mode). Two walks of a tree
+    that nothing changed in between give the same :attr:`digest`; any write, a
+    rename, an entry added and removed again, moves a ctime and gives another.
+
+    Also noted: the ignored entries and special files (``hidden``), the
+    symlinks, the regular files' apparent size, the newest timestamp met, and
+    whether an entry vanished while walking (``broken``).
+    """
+
+    hidden: list[str] = attrs.field(factory=list)
+    links: list[str] = attrs.field(factory=list)
+    size: int = 0
+    newest: int = 0
+    broken: bool = False
+    _hash: Any = attrs.field(factory=lambda: hashlib.blake2b(digest_size=32))
+
+    @property
+    def digest(self) -> bytes:
+        """The signature."""
+        return bytes(self._hash.digest())
+
+    def directory(self, rel: str, path: str) -> None:
+        """A directory, stat'ed now (before it is listed)."""
+        st = os.lstat(path)
+        self._hash.update(b"\1" + rel.encode("utf-8", "surrogateescape") + b"\0")
+        self._entry(st)
+
+    def entry(self, rel: str, name: str, st: os.stat_result) -> None:
+        """A non-directory entry that is part of the candidate (or a special file)."""
+        self._hash.update(name.encode("utf-8", "surrogateescape") + b"\0")
+        self._entry(st)
+        if stat.S_ISLNK(st.st_mode):
+            self.links.append(rel)
+        elif stat.S_ISREG(st.st_mode):
+            self.size += st.st_size
+        else:
+            self.hidden.append(rel)
+
+    def _entry(self, st: os.stat_result) -> None:
+        self.newest = max(self.newest, st.st_mtime_ns, st.st_ctime_ns)
+        self._hash.update(
+            _SIGNED.pack(
+                st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns, st.st_mode, st.st_size
+            )
+        )

@@ -202,6 +202,8 @@ async def verify_snapshot(
     Raises:
         CandidateMoved: with ``pin``, the workspace changed while it was judged.
     """
+    # Kept whole: the digest, the candidate's validity, the checks in order and the
+    # pin's check are one judgement of one tree.
     links: list[str]
     if pin is not None:
         digest = pin.manifest.digest

@@ -279,6 +279,7 @@ OVERLAY_UNSAFE: Final = frozenset(",:\\\n")
 # Mounts the overlay in a private mount namespace, then becomes the sandbox
 # launcher: $0 the mount point, $1 the options, the rest bubblewrap's argv.
 _OVERLAY_MOUNT: Final = 'mount -t overlay overlay -o "$1" "$0" || exit 125; shift; exec "$@"'
+_UNSHARE: Final = ("--mount", "--propagation", "private", "--", "/bin/sh", "-c")
 
 
 def overlay_dirs(upper: Path) -> tuple[Path, Path]:
@@ -288,31 +289,16 @@ def overlay_dirs(upper: Path) -> tuple[Path, Path]:
 
 def _overlay_prefix(lower: Path, upper: Path) -> list[str]:
     work, merged = overlay_dirs(upper)
-    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
-    return [
-        shutil.which("unshare") or "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "--",
-        "/bin/sh",
-        "-c",
-        _OVERLAY_MOUNT,
-        str(merged),
-        options,
-    ]
+    mount = [str(merged), f"lowerdir={lower},upperdir={upper},workdir={work}"]
+    return [shutil.which("unshare") or "unshare", *_UNSHARE, _OVERLAY_MOUNT, *mount]
 
 
 @functools.cache
 def overlay_available() -> str | None:
     """
     Return None when a check's sandbox can see the workspace through an overlay
-    (:attr:`SandboxSpec.lower`), else why not.
-
-    It needs root (the overlay is mounted in a private mount namespace before
-    bubblewrap starts), ``unshare`` and ``mount``, and a kernel that mounts an
-    overlay with a whiteout in its upper directory. The first call mounts one
-    (a few milliseconds, blocking); the answer is cached.
+    (:attr:`SandboxSpec.lower`), else why not: it needs root, ``unshare`` and
+    ``mount``. The first call mounts one with a whiteout (milliseconds); cached.
     """
     if os.geteuid() != 0:
         return "the overlay needs root (checks then run on a copy of the candidate)"
@@ -322,12 +308,11 @@ def overlay_available() -> str | None:
         return "bubblewrap cannot make a sandbox here"
     with tempfile.TemporaryDirectory(prefix="proctor-probe-") as tmp:
         lower, upper = Path(tmp, "lower"), Path(tmp, "upper")
-        lower.mkdir()
-        upper.mkdir()
+        for made in (lower, upper, *overlay_dirs(upper)):
+            made.mkdir()
         (lower / "kept").write_bytes(b"")
         (lower / "hidden").write_bytes(b"")
-        for made in overlay_dirs(upper):
-            made.mkdir()
+        look = 'test -e "$0/kept" && ! test -e "$0/hidden" && : > "$0/new"'
         try:
             os.mknod(upper / "hidden", 0o20600, os.makedev(0, 0))
             probe = subprocess.run(
@@ -335,7 +320,7 @@ def overlay_available() -> str | None:
                     *_overlay_prefix(lower, upper),
                     "/bin/sh",
                     "-c",
-                    'test -e "$0/kept" && ! test -e "$0/hidden" && : > "$0/new"',
+                    look,
                     str(overlay_dirs(upper)[1]),
                 ],
                 stdin=subprocess.DEVNULL,
@@ -536,14 +521,14 @@ def wrap(
     Raises:
         ConfigError: an empty command, or a writable directory that does not exist.
     """
+    # Kept whole: one ordered argv, and the order is the boundary (binds parents first,
+    # covers after every bind, the root read-only last).
     if not argv:
         raise ConfigError("sandbox: an empty command; give a program to run")
     limits = _limit_argv(spec)
     if spec.mode == "off":
         if spec.lower is not None:
-            raise ConfigError(
-                "sandbox: an overlay (lower) needs mode auto; with mode off give a copy"
-            )
+            raise ConfigError("sandbox: an overlay (lower) needs mode auto; give a copy")
         return [*limits, *argv]
     env = sandbox_env(spec, os.environ if host_env is None else host_env)
     writable = Path(os.path.realpath(spec.writable))
@@ -554,10 +539,7 @@ def wrap(
     if spec.lower is not None:
         shown = Path(os.path.realpath(spec.lower))
         if OVERLAY_UNSAFE.intersection(f"{shown}{writable}"):
-            raise ConfigError(
-                f"sandbox: an overlay of {shown} on {writable}: a path holds ',', ':', '\\'"
-                " or a newline, which its mount options cannot"
-            )
+            raise ConfigError(f"sandbox: overlay paths may not hold , : \\ or newline: {shown}")
         prefix = _overlay_prefix(shown, writable)
         source = overlay_dirs(writable)[1]
     b: list[str] = [shutil.which("bwrap") or "bwrap"]
