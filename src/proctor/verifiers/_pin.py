@@ -110,7 +110,8 @@ def pinned_digest(
     It does not when an entry vanished during the walk, or when something
     changed within the file system's racy window before it (two changes within
     one timestamp tick can leave one signature) and again after waiting that
-    window out once and walking again.
+    window out once and walking again; a timestamp in the future (an mtime set
+    ahead) is never out of the window, and is not waited for.
 
     Args:
         hasher: the workspace's hasher.
@@ -136,7 +137,9 @@ def pinned_digest(
             )
             return digest, pin
         if attempt == 0:
-            sleep(max(0, sign.newest + window - started) / 1e9 + 0.01)
+            # Never longer than the window: a timestamp set into the future (any
+            # process may set an mtime) would otherwise be waited for until then.
+            sleep(min(max(0, sign.newest + window - started), window) / 1e9 + 0.01)
     return digest, None
 
 
