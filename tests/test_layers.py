@@ -29,6 +29,7 @@ ROOMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "proctor._digest",
             "proctor._logging",
             "proctor._boundary",
+            "proctor._fs",
         ),
         (),
     ),

@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import stat
 import subprocess
 import tempfile
@@ -29,6 +28,7 @@ from anyio.abc import ByteReceiveStream, Process
 
 from proctor._digest import digest
 from proctor._errors import ConfigError, SandboxUnavailableError
+from proctor._fs import remove_tree
 from proctor._logging import get_logger
 from proctor.runtime._tools.process import kill_group
 from proctor.runtime._tools.sandbox import Launch, launch, limit_note, sandbox_env
@@ -305,7 +305,7 @@ class CommandCheck:
                     await launched.wait_empty()
             forks_refused = launched.release() if launched is not None else False
             if results is not None:
-                shutil.rmtree(results, ignore_errors=True)
+                remove_tree(results)
         reached = limit_note(exit_code, launched is not None and launched.sandboxed, forks_refused)
         if reached is not None:
             notes.append(reached)

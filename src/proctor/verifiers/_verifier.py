@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +18,7 @@ import anyio
 import attrs
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
+from proctor._fs import remove_tree
 from proctor._logging import get_logger
 from proctor.verifiers._candidate import freeze, snapshot_hasher
 from proctor.verifiers._checks import CommandCheck
@@ -102,7 +102,7 @@ class VerifyResult:
 
 
 def _remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    remove_tree(path)
 
 
 def _order(check: Check) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import shutil
 import time
 import uuid
 from collections import deque
@@ -41,6 +40,7 @@ from proctor._errors import (
     InputRefused,
     WorkspaceError,
 )
+from proctor._fs import remove_tree
 from proctor._logging import get_logger
 from proctor._wire import to_jsonable
 from proctor.budgets._accountant import (
@@ -1098,4 +1098,4 @@ class Controller(Endings, OperatorNotes, OwnCalls):
 async def _remove_snapshot(snapshot: Path) -> None:
     """Remove a snapshot's ``proctor-candidate-*`` directory and all in it, shielded."""
     with anyio.move_on_after(30, shield=True):
-        await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
+        await anyio.to_thread.run_sync(remove_tree, snapshot.parent)

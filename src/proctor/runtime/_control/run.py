@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import shutil
 import socket
 import sys
 import time
@@ -30,6 +29,7 @@ from proctor._errors import (
     SandboxUnavailableError,
     WorkspaceBusyError,
 )
+from proctor._fs import remove_tree
 from proctor._logging import get_logger
 from proctor._wire import to_jsonable
 from proctor.budgets._accountant import (
@@ -398,7 +398,7 @@ async def _baseline_evidence(
             )
         finally:
             with anyio.move_on_after(30, shield=True):
-                await anyio.to_thread.run_sync(shutil.rmtree, snapshot.parent, True)
+                await anyio.to_thread.run_sync(remove_tree, snapshot.parent)
     found: dict[str, dict[str, str]] = {}
     for ev in evidence:
         await journal.add_evidence(run_id, task_id, to_jsonable(ev))

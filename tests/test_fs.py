@@ -1,0 +1,50 @@
+"""Removing a tree a command wrote, whatever it made of it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from proctor._fs import remove_tree
+
+
+def test_a_tree_of_any_depth_is_removed(tmp_path: Path) -> None:
+    # Deeper than shutil.rmtree's recursion and than PATH_MAX as one path.
+    top = tmp_path / "top"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    os.chmod(fd, 0)
+    os.close(fd)
+    remove_tree(top)
+    assert not top.exists()
+
+
+def test_links_are_removed_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "to-dir").symlink_to(outside)
+    (tree / "to-file").symlink_to(outside / "keep")
+    os.link(outside / "keep", tree / "hard")
+    os.mkfifo(tree / "pipe")
+    (tree / "locked").mkdir()
+    (tree / "locked" / "f").write_text("x")
+    os.chmod(tree / "locked", 0)
+    remove_tree(tree)
+    assert not tree.exists()
+    assert (outside / "keep").read_text() == "x"
+
+
+def test_a_file_or_nothing_is_removed_quietly(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    remove_tree(tmp_path / "file")
+    remove_tree(tmp_path / "missing")
+    assert not (tmp_path / "file").exists()
