@@ -49,6 +49,7 @@ import anyio
 import attrs
 
 from proctor._errors import ConfigError, SandboxUnavailableError
+from proctor._fs import remove_tree
 
 __all__ = (
     "DEFAULT_HIDDEN",
@@ -273,7 +274,7 @@ def sandbox_available() -> str | None:
     return f"bubblewrap cannot make a sandbox here ({detail}). {_userns_hint()}"
 
 
-OVERLAY_UNSAFE: Final = frozenset(",:\\\n")
+OVERLAY_UNSAFE: Final = frozenset(',:\\\n"')
 """Characters an overlay's paths may not hold (its mount options cannot escape them)."""
 
 # Mounts the overlay in a private mount namespace, then becomes the sandbox
@@ -289,8 +290,9 @@ def overlay_dirs(upper: Path) -> tuple[Path, Path]:
 
 def _overlay_prefix(lower: Path, upper: Path) -> list[str]:
     work, merged = overlay_dirs(upper)
-    mount = [str(merged), f"lowerdir={lower},upperdir={upper},workdir={work}"]
-    return [shutil.which("unshare") or "unshare", *_UNSHARE, _OVERLAY_MOUNT, *mount]
+    # redirect_dir: a lower directory renames as in a copy; only root sets redirects.
+    options = f"lowerdir={lower},upperdir={upper},workdir={work},redirect_dir=on"
+    return [shutil.which("unshare") or "unshare", *_UNSHARE, _OVERLAY_MOUNT, str(merged), options]
 
 
 @functools.cache
@@ -539,7 +541,7 @@ def wrap(
     if spec.lower is not None:
         shown = Path(os.path.realpath(spec.lower))
         if OVERLAY_UNSAFE.intersection(f"{shown}{writable}"):
-            raise ConfigError(f"sandbox: overlay paths may not hold , : \\ or newline: {shown}")
+            raise ConfigError(f'sandbox: overlay paths may not hold , : \\ " or newline: {shown}')
         prefix = _overlay_prefix(shown, writable)
         source = overlay_dirs(writable)[1]
     b: list[str] = [shutil.which("bwrap") or "bwrap"]
@@ -861,7 +863,7 @@ class Launch:
         """Remove the private home (mode ``off``), if there is one; blocks on the disk."""
         home, self._home = self._home, None
         if home is not None:
-            shutil.rmtree(home, ignore_errors=True)
+            remove_tree(home)
 
 
 def launch(
