@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from proctor._fs import remove_tree
 
 
@@ -48,3 +50,21 @@ def test_a_file_or_nothing_is_removed_quietly(tmp_path: Path) -> None:
     remove_tree(tmp_path / "file")
     remove_tree(tmp_path / "missing")
     assert not (tmp_path / "file").exists()
+
+
+def test_a_report_is_read_only_as_a_regular_file_below_its_root(tmp_path: Path) -> None:
+    from proctor._fs import read_inside
+
+    outside = tmp_path / "outside.xml"
+    outside.write_text("host")
+    root = tmp_path / "root"
+    (root / "out").mkdir(parents=True)
+    (root / "out" / "report.xml").write_text("<ok/>")
+    (root / "link.xml").symlink_to(outside)
+    (root / "dir").symlink_to(root / "out")
+    os.mkfifo(root / "pipe.xml")
+    assert read_inside(root, "out/report.xml", 100) == b"<ok/>"
+    assert read_inside(root, "./out/report.xml", 2) == b"<ok"  # limit + 1 bytes
+    for rel in ("link.xml", "dir/report.xml", "pipe.xml", "missing.xml", "../outside.xml", "/x"):
+        with pytest.raises(FileNotFoundError):
+            read_inside(root, rel, 100)

@@ -474,3 +474,52 @@ def _alive_with(token: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+# ------------------------------------------------------------------------ reports the host reads
+
+HOST_XML = '<testsuite><testcase classname="host" name="SECRET"><failure/></testcase></testsuite>'
+
+
+@needs_overlay
+@pytest.mark.parametrize("verified", ["in place", "copy"])
+async def test_a_report_linked_to_a_host_file_is_not_read(tmp_path: Path, verified: str) -> None:
+    # The check's command writes its JUnit report as a symlink to a file of the
+    # host's that the sandbox cannot see; the verifier reads the report on the
+    # host, after the check: it must not follow the link out of the check's tree.
+    ws = _workspace(tmp_path)
+    secret = tmp_path / "host.xml"
+    secret.write_text(HOST_XML)
+    script = f"import os; os.symlink({str(secret)!r}, 'report.xml')"
+    check = CommandCheck(name="junit", run=[PY, "-c", script], junit="report.xml")
+    pin = _pinned(ws) if verified == "in place" else None
+    _, evidence = await verify_snapshot(ws, "v", (check,), _context(ws), pin=pin)
+    assert "SECRET" not in repr(evidence[0]), evidence[0]
+
+
+@needs_overlay
+@pytest.mark.parametrize("verified", ["in place", "copy"])
+async def test_a_pytest_report_swapped_for_a_link_to_a_host_file_is_not_read(
+    tmp_path: Path, verified: str
+) -> None:
+    # The candidate's code runs in pytest's process: at its exit, after pytest
+    # wrote the report, it puts a symlink to a host file in the report's place.
+    ws = _workspace(tmp_path)
+    secret = tmp_path / "host.xml"
+    secret.write_text(HOST_XML.replace("<testcase ", '<testcase file="host.py" '))
+    (ws / "tests" / "test_swap.py").write_text(
+        "import atexit, os, shlex\n"
+        "opts = shlex.split(os.environ['PYTEST_ADDOPTS'])\n"
+        "report = next(o for o in opts if o.startswith('--junitxml='))[len('--junitxml='):]\n"
+        "def swap():\n"
+        "    os.unlink(report)\n"
+        f"    os.symlink({str(secret)!r}, report)\n"
+        "atexit.register(swap)\n"
+        "def test_ok():\n    pass\n"
+    )
+    _settle(ws)
+    check = CommandCheck(name="tests", run=[PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    pin = _pinned(ws) if verified == "in place" else None
+    _, evidence = await verify_snapshot(ws, "v", (check,), _context(ws), pin=pin)
+    assert "SECRET" not in repr(evidence[0]), evidence[0]
+    assert not evidence[0].passed

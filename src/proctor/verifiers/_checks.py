@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import os
-import stat
 import subprocess
 import tempfile
 import time
@@ -28,7 +27,7 @@ from anyio.abc import ByteReceiveStream, Process
 
 from proctor._digest import digest
 from proctor._errors import ConfigError, SandboxUnavailableError
-from proctor._fs import remove_tree
+from proctor._fs import read_inside, remove_tree
 from proctor._logging import get_logger
 from proctor.runtime._tools.process import kill_group
 from proctor.runtime._tools.sandbox import Launch, launch, limit_note, sandbox_env
@@ -295,7 +294,7 @@ class CommandCheck:
             if results is not None and "not_started" not in findings:
                 try:
                     root = sandbox.lower if sandbox is not None and sandbox.lower else snapshot
-                    tests = dict(parse_junit(results / "report.xml", root=root))
+                    tests = dict(parse_junit(_pytest_report(results), root=root))
                 except JUnitError as exc:
                     notes.append(f"no per-test results: {exc}")
                     findings.append("junit_missing")
@@ -315,7 +314,7 @@ class CommandCheck:
         passed = not ran_out and exit_code == self.expect_exit
         failing: tuple[str, ...] = ()
         if report is not None and "not_started" not in findings:
-            failing = _failing_tests(report, self.junit or "", notes, findings)
+            failing = _failing_tests(Path(snapshot), self.junit or "", notes, findings)
         if results is not None and not ran_out:
             failing = tuple(sorted(t for t, o in tests.items() if o in ("failed", "error")))
             if "junit_missing" in findings:
@@ -455,17 +454,32 @@ class _Output:
         return f"{text}\n{note_text}" if text else note_text
 
 
+def _pytest_report(results: Path) -> bytes:
+    """The report pytest wrote in ``results``, never read through a link the command made."""
+    where = results / "report.xml"
+    try:
+        data = read_inside(results, "report.xml", _JUNIT_MAX_BYTES)
+    except FileNotFoundError:
+        raise JUnitError(
+            f"{where}: no JUnit XML written (pytest crashed, was killed, or did not run)"
+        ) from None
+    except OSError as exc:
+        raise JUnitError(f"{where}: cannot read JUnit XML: {exc}") from exc
+    if len(data) > _JUNIT_MAX_BYTES:
+        raise JUnitError(f"{where}: JUnit XML too large (over {_JUNIT_MAX_BYTES} bytes)")
+    return data
+
+
 def _failing_tests(
-    report: Path, name: str, notes: list[str], findings: list[str]
+    snapshot: Path, name: str, notes: list[str], findings: list[str]
 ) -> tuple[str, ...]:
     """Read the names of the failing test cases from a JUnit XML report."""
     try:
-        found = report.stat()
-        if not stat.S_ISREG(found.st_mode):
-            # An overlay's whiteout: the stale report hidden, no new one written.
-            raise FileNotFoundError(report)
-        size = found.st_size
+        # Never through a link: the command wrote it, the host reads it.
+        data = read_inside(snapshot, name, _JUNIT_MAX_BYTES)
     except FileNotFoundError:
+        # Not written (an overlay's whiteout hides a stale one; a link or a FIFO
+        # is not a report).
         notes.append(f"the JUnit report {name} was not written")
         findings.append("junit_missing")
         return ()
@@ -473,13 +487,15 @@ def _failing_tests(
         notes.append(f"the JUnit report {name} could not be read: {exc}")
         findings.append("junit_invalid")
         return ()
-    if size > _JUNIT_MAX_BYTES:
-        notes.append(f"the JUnit report {name} is too large to read ({size} bytes)")
+    if len(data) > _JUNIT_MAX_BYTES:
+        notes.append(
+            f"the JUnit report {name} is too large to read (over {_JUNIT_MAX_BYTES} bytes)"
+        )
         findings.append("junit_invalid")
         return ()
     try:
-        root = ElementTree.parse(report).getroot()
-    except (ElementTree.ParseError, OSError) as exc:
+        root = ElementTree.fromstring(data)
+    except ElementTree.ParseError as exc:
         notes.append(f"the JUnit report {name} could not be parsed: {exc}")
         findings.append("junit_invalid")
         return ()
