@@ -10,6 +10,7 @@ copy would hold, the workspace is unchanged, nothing is left behind.
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 import sys
@@ -523,3 +524,72 @@ async def test_a_pytest_report_swapped_for_a_link_to_a_host_file_is_not_read(
     _, evidence = await verify_snapshot(ws, "v", (check,), _context(ws), pin=pin)
     assert "SECRET" not in repr(evidence[0]), evidence[0]
     assert not evidence[0].passed
+
+
+# ------------------------------------------------------------------------ protected paths reshaped
+
+
+def _reshape_dir(ws: Path) -> None:
+    (ws / "tests" / "test_app.py").unlink()
+    (ws / "tests" / "test_app.py").mkdir()
+    (ws / "tests" / "test_app.py" / "inner.py").write_text("planted\n")
+
+
+def _reshape_link(ws: Path) -> None:
+    (ws / "fake").mkdir()
+    (ws / "fake" / "test_app.py").write_text("def test_it():\n    pass  # gutted\n")
+    for child in (ws / "tests").iterdir():
+        child.unlink()
+    (ws / "tests").rmdir()
+    (ws / "tests").symlink_to("fake")
+
+
+def _reshape_file(ws: Path) -> None:
+    for child in (ws / "tests").iterdir():
+        child.unlink()
+    (ws / "tests").rmdir()
+    (ws / "tests").write_text("not a directory\n")
+
+
+def _reshape_fifo(ws: Path) -> None:
+    (ws / "tests" / "test_app.py").unlink()
+    os.mkfifo(ws / "tests" / "test_app.py")
+
+
+def _reshape_parent(ws: Path) -> None:
+    # The protected file's parent directory, unprotected itself, made unreadable.
+    os.chmod(ws / "tests", 0)
+
+
+@needs_overlay
+@pytest.mark.parametrize(
+    "reshape",
+    [_reshape_dir, _reshape_link, _reshape_file, _reshape_fifo, _reshape_parent],
+    ids=["file-to-dir", "dir-to-link", "dir-to-file", "file-to-fifo", "parent-mode-000"],
+)
+@pytest.mark.parametrize("verified", ["in place", "copy"])
+async def test_a_protected_path_reshaped_is_the_baseline_s_again(
+    tmp_path: Path, reshape: Any, verified: str
+) -> None:
+    ws = _workspace(tmp_path)
+    original = (ws / "tests" / "test_app.py").read_bytes()
+    files = {"tests/test_app.py": {"data": base64.b64encode(original).decode()}}
+    reshape(ws)
+    _settle(ws)
+    script = (
+        "import os, stat\n"
+        "st = os.lstat('tests/test_app.py')\n"
+        "assert stat.S_ISREG(st.st_mode), st\n"
+        "assert stat.S_IMODE(st.st_mode) == 0o644, oct(st.st_mode)\n"
+        "assert open('tests/test_app.py').read() == " + repr(original.decode()) + "\n"
+        "assert sorted(os.listdir('tests')) == ['test_app.py'], os.listdir('tests')\n"
+    )
+    check = CommandCheck(name="look", run=[PY, "-c", script])
+    pin = _pinned(ws) if verified == "in place" else None
+    try:
+        context = _context(ws, protected=("tests/**",), baseline_files=files)
+        _, evidence = await verify_snapshot(ws, "v", (check,), context, pin=pin)
+    finally:
+        if (ws / "tests").is_dir() and not (ws / "tests").is_symlink():
+            os.chmod(ws / "tests", 0o755)
+    assert evidence[0].passed, evidence[0].excerpt

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
 from proctor._errors import ConfigError
+from proctor._fs import remove_tree
 from proctor.verifiers._candidate import DEFAULT_IGNORE, _compile, _walk, matches
 
 __all__ = (
@@ -513,6 +514,9 @@ def restore(copy: Path, patterns: Sequence[str], files: Mapping[str, Mapping[str
             if ancestor.is_symlink() or (ancestor.exists() and not ancestor.is_dir()):
                 ancestor.unlink()
         parent.mkdir(parents=True, exist_ok=True)
+        if target.is_dir() and not target.is_symlink():
+            # A file the candidate replaced by a directory: the baseline's file again.
+            remove_tree(target)
         target.write_bytes(base64.b64decode(item["data"]))
         target.chmod(0o755 if item.get("exec") else 0o644)
 

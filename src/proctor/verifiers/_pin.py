@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 
+from proctor._fs import remove_tree
 from proctor.runtime._tools.sandbox import OVERLAY_UNSAFE, SandboxSpec, overlay_available
 from proctor.verifiers._candidate import (
     StatSignature,
@@ -249,12 +250,18 @@ def prepare_upper(
         _whiteout(_mirror_dirs(upper, pin.root, rel, made) / rel.rsplit("/", 1)[-1])
     for rel, item in files.items():
         target = _mirror_dirs(upper, pin.root, rel, made) / rel.rsplit("/", 1)[-1]
-        if os.path.lexists(target) and not target.is_dir():
+        if target.is_dir() and not target.is_symlink():
+            # Made to hold whiteouts for a directory the candidate put in the
+            # file's place: the file hides that directory whole.
+            remove_tree(target)
+        elif os.path.lexists(target):
             target.unlink()
         target.write_bytes(base64.b64decode(item["data"]))
         target.chmod(0o755 if item.get("exec") else 0o644)
     # Attributes last, deepest first: adding entries moves a directory's mtime.
     for path, st in reversed(made):
+        if not path.is_dir() or path.is_symlink():
+            continue  # replaced by a baseline file
         os.chmod(path, stat.S_IMODE(st.st_mode))
         os.chown(path, st.st_uid, st.st_gid)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
