@@ -40,8 +40,12 @@ async def test_a_timestamp_set_into_the_future_does_not_stall_verification(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     waited: list[float] = []
 
+    def wait(seconds: float) -> None:
+        waited.append(seconds)
+        time.sleep(seconds)
+
     def pinned(hasher: Any) -> Any:
-        return pinned_digest(hasher, sleep=lambda s: waited.append(s) or time.sleep(s))
+        return pinned_digest(hasher, sleep=wait)
 
     monkeypatch.setattr(controller, "pinned_digest", pinned)
     steps = [FIX, command("touch -d 2100-01-01 pricing.py tests"), COMPLETE]
