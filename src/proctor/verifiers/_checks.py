@@ -294,7 +294,7 @@ class CommandCheck:
             if results is not None and "not_started" not in findings:
                 try:
                     root = sandbox.lower if sandbox is not None and sandbox.lower else snapshot
-                    tests = dict(parse_junit(_pytest_report(results), root=root))
+                    tests = dict(parse_junit(results / "report.xml", root=root))
                 except JUnitError as exc:
                     notes.append(f"no per-test results: {exc}")
                     findings.append("junit_missing")
@@ -452,22 +452,6 @@ class _Output:
         room = EXCERPT_CHARS - len(note_text) - 1
         text = text.rstrip("\n")[-room:] if room > 0 else ""
         return f"{text}\n{note_text}" if text else note_text
-
-
-def _pytest_report(results: Path) -> bytes:
-    """The report pytest wrote in ``results``, never read through a link the command made."""
-    where = results / "report.xml"
-    try:
-        data = read_inside(results, "report.xml", _JUNIT_MAX_BYTES)
-    except FileNotFoundError:
-        raise JUnitError(
-            f"{where}: no JUnit XML written (pytest crashed, was killed, or did not run)"
-        ) from None
-    except OSError as exc:
-        raise JUnitError(f"{where}: cannot read JUnit XML: {exc}") from exc
-    if len(data) > _JUNIT_MAX_BYTES:
-        raise JUnitError(f"{where}: JUnit XML too large (over {_JUNIT_MAX_BYTES} bytes)")
-    return data
 
 
 def _failing_tests(

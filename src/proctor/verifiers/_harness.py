@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
 from proctor._errors import ConfigError
-from proctor._fs import remove_tree
+from proctor._fs import read_inside, remove_tree
 from proctor.verifiers._candidate import DEFAULT_IGNORE, _compile, _walk, matches
 
 __all__ = (
@@ -296,10 +296,12 @@ def parse_junit(
     else:
         where = os.fspath(xml)
         try:
-            size = os.path.getsize(where)
-            if size > _MAX_XML_BYTES:
-                raise JUnitError(f"{where}: JUnit XML too large ({size} bytes)")
-            data = Path(where).read_bytes()
+            # The report is the command's: never read through a link it made, nor a FIFO.
+            data = read_inside(
+                os.path.dirname(where) or ".", os.path.basename(where), _MAX_XML_BYTES
+            )
+            if len(data) > _MAX_XML_BYTES:
+                raise JUnitError(f"{where}: JUnit XML too large (over {_MAX_XML_BYTES} bytes)")
         except FileNotFoundError:
             raise JUnitError(
                 f"{where}: no JUnit XML written (pytest crashed, was killed, or did not run)"
