@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.redteam.conftest import alive_with
 
 from proctor._errors import ConfigError
 from proctor.runtime._tools import sandbox as sb
@@ -460,21 +461,7 @@ async def test_nothing_a_check_writes_survives_into_the_next_check_or_the_worksp
     assert not (ws / "LEFT").exists()
     assert _leftovers() == left
     assert not _overlay_mounts()
-    assert not _alive_with("echo late > LATE")
-
-
-def _alive_with(token: str) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                if token.encode() in f.read():
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    assert not alive_with("echo late > LATE")
 
 
 # ------------------------------------------------------------------------ reports the host reads
