@@ -165,8 +165,8 @@ async def test_a_pytest_that_crashes_fails_with_a_clear_reason(tmp_path: Path) -
     evidence = await check.run_check(ws, "d", "v", CheckContext(sandbox=spec))
     assert evidence.exit_code == 0
     assert not evidence.passed
-    assert "junit_missing" in evidence.findings
-    assert "no JUnit XML" in evidence.excerpt
+    assert "results_unfinished" in evidence.findings
+    assert "session did not end" in evidence.excerpt
 
 
 @pytest.mark.skipif(sb.sandbox_available() is not None, reason="no bwrap")

@@ -496,9 +496,10 @@ async def test_a_pytest_report_swapped_for_a_link_to_a_host_file_is_not_read(
     secret = tmp_path / "host.xml"
     secret.write_text(HOST_XML.replace("<testcase ", '<testcase file="host.py" '))
     (ws / "tests" / "test_swap.py").write_text(
-        "import atexit, os, shlex\n"
-        "opts = shlex.split(os.environ['PYTEST_ADDOPTS'])\n"
-        "report = next(o for o in opts if o.startswith('--junitxml='))[len('--junitxml='):]\n"
+        "import atexit, os\n"
+        "env = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
+        "where = next(v for v in env if v.startswith(b'PROCTOR_RESULTS='))[16:].decode()\n"
+        "report = os.path.join(where, 'frames')\n"
         "def swap():\n"
         "    os.unlink(report)\n"
         f"    os.symlink({str(secret)!r}, report)\n"
@@ -511,6 +512,7 @@ async def test_a_pytest_report_swapped_for_a_link_to_a_host_file_is_not_read(
     _, evidence = await verify_snapshot(ws, "v", (check,), _context(ws), pin=pin)
     assert "SECRET" not in repr(evidence[0]), evidence[0]
     assert not evidence[0].passed
+    assert "results_missing" in evidence[0].findings, evidence[0]
 
 
 # ------------------------------------------------------------------------ protected paths reshaped

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import subprocess
-import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
@@ -27,20 +26,14 @@ from anyio.abc import ByteReceiveStream, Process
 
 from proctor._digest import digest
 from proctor._errors import ConfigError, SandboxUnavailableError
-from proctor._fs import read_inside, remove_tree
+from proctor._fs import read_inside
 from proctor._logging import get_logger
 from proctor.runtime._tools.process import kill_group
 from proctor.runtime._tools.sandbox import Launch, launch, limit_note, sandbox_env
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
-from proctor.verifiers._harness import (
-    JUnitError,
-    harness_patterns,
-    is_pytest,
-    judge_against_baseline,
-    parse_junit,
-    pytest_addopts,
-)
+from proctor.verifiers._harness import harness_patterns, is_pytest, judge_against_baseline
 from proctor.verifiers._more_checks import CheckContext
+from proctor.verifiers._results import ResultsChannel, ResultsError
 
 __all__ = ("CommandCheck", "contract_version")
 
@@ -250,11 +243,7 @@ class CommandCheck:
                 report.unlink(missing_ok=True)
             except OSError as exc:
                 notes.append(f"a stale JUnit report {self.junit} could not be removed: {exc}")
-        results: Path | None = None
-        extra: dict[str, str] = {}
-        if self.runs_pytest:
-            results = Path(tempfile.mkdtemp(prefix="pytest-report-"))
-            extra["PYTEST_ADDOPTS"] = pytest_addopts(results / "report.xml")
+        results = ResultsChannel.open() if self.runs_pytest else None
         launched: Launch | None = None
         spawn: list[str] = list(argv)
         cwd = snapshot
@@ -263,9 +252,11 @@ class CommandCheck:
                 sandbox,
                 writable=snapshot,
                 mount_at=sandbox.inside,
-                env=(*sandbox.env, *extra.items()),
-                extra_writable=(*sandbox.extra_writable, *([results] if results else [])),
+                extra_writable=(*sandbox.extra_writable, *([results.directory] if results else [])),
             )
+            if results is not None:
+                extra = results.env(sandbox_env(spec, os.environ))
+                spec = attrs.evolve(spec, env=(*spec.env, *extra.items()))
             env = sandbox_env(spec, os.environ)
             try:
                 launched = launch(argv, spec)
@@ -275,7 +266,7 @@ class CommandCheck:
             else:
                 spawn, cwd = launched.argv, launched.cwd
         else:
-            env = {**os.environ, **extra}
+            env = {**os.environ, **(results.env(os.environ) if results else {})}
         env_digest = hashlib.blake2b(
             "\n".join(f"{k}={v}" for k, v in sorted(env.items())).encode(), digest_size=16
         ).hexdigest()
@@ -293,18 +284,17 @@ class CommandCheck:
             tests: dict[str, str] = {}
             if results is not None and "not_started" not in findings:
                 try:
-                    root = sandbox.lower if sandbox is not None and sandbox.lower else snapshot
-                    tests = dict(parse_junit(results / "report.xml", root=root))
-                except JUnitError as exc:
+                    tests = results.read()
+                except ResultsError as exc:
                     notes.append(f"no per-test results: {exc}")
-                    findings.append("junit_missing")
+                    findings.append(f"results_{exc.kind}")
         finally:
             if launched is not None:
                 with anyio.move_on_after(5, shield=True):
                     await launched.wait_empty()
             forks_refused = launched.release() if launched is not None else False
             if results is not None:
-                remove_tree(results)
+                results.close()
         reached = limit_note(exit_code, launched is not None and launched.sandboxed, forks_refused)
         if reached is not None:
             notes.append(reached)
@@ -317,7 +307,7 @@ class CommandCheck:
             failing = _failing_tests(Path(snapshot), self.junit or "", notes, findings)
         if results is not None and not ran_out:
             failing = tuple(sorted(t for t, o in tests.items() if o in ("failed", "error")))
-            if "junit_missing" in findings:
+            if any(f.startswith("results_") for f in findings):
                 passed = False
             else:
                 baseline = (context.baseline_tests if context is not None else {}).get(self.name)

@@ -39,12 +39,14 @@ class Evidence:
         failing_tests: names of the failing test cases, from the check's JUnit report.
         at: wall-clock time the check finished (seconds since the epoch).
         findings: machine-readable notes (``time_limit``, ``not_started``,
-            ``junit_missing``, ...).
+            ``junit_missing``; for pytest ``results_missing``, ``results_forged``,
+            ``results_unfinished``, ``results_tampered``; ...).
         required: whether completion needs this check to pass.
         env_digest: blake2b (16 bytes, hex) of the command's environment (sorted
             ``NAME=value`` lines), so that what ran can be told apart.
-        tests: ``(test id, outcome)`` for each test the check ran (pytest's JUnit
-            report), outcome ``passed``, ``failed``, ``error`` or ``skipped``.
+        tests: ``(test id, outcome)`` for each test the check ran (pytest node
+            ids, from proctor's results plugin), outcome ``passed``, ``failed``,
+            ``error`` or ``skipped``.
         baseline: the check ran on the task's baseline, before the actor's first
             step: the evidence says what was failing, it completes nothing.
     """

@@ -72,6 +72,15 @@ ALWAYS: tuple[str, ...] = (
     "**/*.pth",
     "**/pyvenv.cfg",
     "**/__pycache__/conftest.*.pyc",
+    # pytest plugins of installed distributions load with pytest itself
+    "**/entry_points.txt",
+    # proctor's results plugin, which a same-named module earlier on sys.path would replace
+    "**/proctor_results.py",
+    "**/proctor_results.pyc",
+    "**/proctor_results/**",
+    "**/proctor_results.so",
+    "**/proctor_results.*.so",
+    "**/__pycache__/proctor_results.*.pyc",
 )
 
 # Modules imported while pytest starts up (before any test module).  With
