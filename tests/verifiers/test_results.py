@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -99,8 +100,11 @@ def _run(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[ResultsChan
     return channel, done.stdout + done.stderr
 
 
+Run = Callable[..., tuple[ResultsChannel, str]]
+
+
 @pytest.fixture
-def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+def run(tmp_path: Path) -> Iterator[Run]:
     opened: list[ResultsChannel] = []
 
     def go(files: dict[str, str], *args: str) -> tuple[ResultsChannel, str]:
@@ -114,7 +118,7 @@ def run(tmp_path: Path):  # type: ignore[no-untyped-def]
         assert not channel.directory.exists()
 
 
-def _outcomes(run, files: dict[str, str], *args: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _outcomes(run: Run, files: dict[str, str], *args: str) -> dict[str, str]:
     channel, out = run(files, *args)
     try:
         return channel.read()
@@ -122,7 +126,7 @@ def _outcomes(run, files: dict[str, str], *args: str) -> dict[str, str]:  # type
         raise AssertionError(f"{exc.kind}: {exc}\n{out}") from exc
 
 
-def _refused(run, files: dict[str, str], kind: str, *args: str) -> str:  # type: ignore[no-untyped-def]
+def _refused(run: Run, files: dict[str, str], kind: str, *args: str) -> str:
     channel, out = run(files, *args)
     with pytest.raises(ResultsError) as caught:
         channel.read()
@@ -133,7 +137,7 @@ def _refused(run, files: dict[str, str], kind: str, *args: str) -> str:  # type:
 # ---------------------------------------------------------------- what is reported
 
 
-def test_outcomes_are_pytests_own_as_its_junit_report_gives_them(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_outcomes_are_pytests_own_as_its_junit_report_gives_them(run: Run, tmp_path: Path) -> None:
     junit = tmp_path / "report.xml"
     got = _outcomes(
         run, {"test_suite.py": SUITE}, f"--junitxml={junit}", "-o", "junit_family=xunit1"
@@ -150,16 +154,17 @@ def test_outcomes_are_pytests_own_as_its_junit_report_gives_them(run, tmp_path: 
     assert len(got) == 11
 
 
-def test_a_module_that_cannot_be_collected_is_an_error(run) -> None:  # type: ignore[no-untyped-def]
-    got = _outcomes(
-        run, {"test_ok.py": "def test_a():\n    pass\n", "test_broken.py": "import nowhere\n"}
-    )
-    assert got == {"test_ok.py::test_a": "error", "test_broken.py": "error"} or got == {
-        "test_broken.py": "error"
+def test_a_module_that_cannot_be_collected_is_an_error(run: Run) -> None:
+    files = {"test_ok.py": "def test_a():\n    pass\n", "test_broken.py": "import nowhere\n"}
+    # pytest stops at a collection error: nothing else runs.
+    assert _outcomes(run, files) == {"test_broken.py": "error"}
+    assert _outcomes(run, files, "--continue-on-collection-errors") == {
+        "test_broken.py": "error",
+        "test_ok.py::test_a": "passed",
     }
 
 
-def test_a_pytest_the_tests_start_themselves_does_not_see_the_plugin(run) -> None:  # type: ignore[no-untyped-def]
+def test_a_pytest_the_tests_start_themselves_does_not_see_the_plugin(run: Run) -> None:
     # pytester-style suites run pytest again in a child: it gets the environment
     # as it was, and the key is spent anyway.
     inner = """
@@ -202,7 +207,7 @@ def test_without_the_plugin_there_are_no_results_and_the_reason_says_why(tmp_pat
 PRICING_TEST = "from pricing import total\n\n\ndef test_total():\n    assert total(20) == 200\n"
 
 
-def _attack(run, pricing: str, kind: str) -> str:  # type: ignore[no-untyped-def]
+def _attack(run: Run, pricing: str, kind: str) -> str:
     files = {
         "pricing.py": "def total(n):\n    return n * 11\n" + textwrap.dedent(pricing),
         "test_pricing.py": PRICING_TEST,
@@ -210,7 +215,7 @@ def _attack(run, pricing: str, kind: str) -> str:  # type: ignore[no-untyped-def
     return _refused(run, files, kind)
 
 
-def test_the_broken_program_fails_without_an_attack(run) -> None:  # type: ignore[no-untyped-def]
+def test_the_broken_program_fails_without_an_attack(run: Run) -> None:
     # The positive control for the attacks below: the same program, the same test.
     files = {"pricing.py": "def total(n):\n    return n * 11\n", "test_pricing.py": PRICING_TEST}
     assert _outcomes(run, files) == {"test_pricing.py::test_total": "failed"}
@@ -227,7 +232,7 @@ def test_the_broken_program_fails_without_an_attack(run) -> None:  # type: ignor
     ],
     ids=["removed", "changed", "cut", "repeated", "moved"],
 )
-def test_results_rewritten_at_exit_are_refused(run, rewrite: str) -> None:  # type: ignore[no-untyped-def]
+def test_results_rewritten_at_exit_are_refused(run: Run, rewrite: str) -> None:
     # The plugin took its variable out of the environment before this module was
     # imported; the process's first environment still has it.
     pricing = f"""
@@ -248,7 +253,7 @@ def test_results_rewritten_at_exit_are_refused(run, rewrite: str) -> None:  # ty
     assert "line" in message or "did not end" in message
 
 
-def test_a_report_forged_in_full_is_refused(run) -> None:  # type: ignore[no-untyped-def]
+def test_a_report_forged_in_full_is_refused(run: Run) -> None:
     # A whole new file in the plugin's own format, signed with a key of its choosing.
     pricing = """
     import atexit, glob, hashlib, hmac, os
@@ -271,7 +276,7 @@ def test_a_report_forged_in_full_is_refused(run) -> None:  # type: ignore[no-unt
     assert "signature" in _attack(run, pricing, "forged")
 
 
-def test_a_test_that_ends_the_process_gives_no_results(run) -> None:  # type: ignore[no-untyped-def]
+def test_a_test_that_ends_the_process_gives_no_results(run: Run) -> None:
     files = {
         "pricing.py": "def total(n):\n    return n * 10\n",
         "test_pricing.py": "import os\n\n\ndef test_a():\n    pass\n\n\ndef test_b():\n    os._exit(0)\n\n\ndef test_c():\n    assert 0\n",
@@ -327,7 +332,7 @@ def test_a_test_that_ends_the_process_gives_no_results(run) -> None:  # type: ig
     ],
     ids=["report-class", "runner-function", "hook-registered", "code-replaced"],
 )
-def test_pytest_changed_from_inside_is_refused(run, patch: str) -> None:  # type: ignore[no-untyped-def]
+def test_pytest_changed_from_inside_is_refused(run: Run, patch: str) -> None:
     # Positive control: each patch does make pytest itself report a pass.
     files = {
         "pricing.py": "def total(n):\n    return n * 11\n" + textwrap.dedent(patch),
@@ -341,7 +346,7 @@ def test_pytest_changed_from_inside_is_refused(run, patch: str) -> None:  # type
     assert "changed how pytest makes outcomes" in str(caught.value)
 
 
-def test_the_plugin_unregistered_gives_no_results(run) -> None:  # type: ignore[no-untyped-def]
+def test_the_plugin_unregistered_gives_no_results(run: Run) -> None:
     pricing = """
     import gc, _pytest.config
     for config in [o for o in gc.get_objects() if isinstance(o, _pytest.config.Config)]:
