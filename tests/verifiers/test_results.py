@@ -450,3 +450,24 @@ def test_a_session_that_never_ended_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="did not end") as caught:
         _parse(data, key)
     assert caught.value.kind == "unfinished"
+
+
+def test_a_second_pytest_of_the_same_command_reports_nothing_and_does_not_fail(
+    tmp_path: Path,
+) -> None:
+    # ``pytest a && pytest b``: the key is spent by the first session, whose
+    # results stand; the second runs without the plugin (its exit code still counts).
+    (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "test_b.py").write_text("def test_b():\n    pass\n")
+    channel = ResultsChannel.open()
+    try:
+        env = {**os.environ, **channel.env(os.environ)}
+        line = f"{PY} -m pytest -q -p no:cacheprovider test_a.py && {PY} -m pytest -q -p no:cacheprovider test_b.py"
+        done = subprocess.run(
+            ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.count("1 passed") == 2, done.stdout
+        assert channel.read() == {"test_a.py::test_a": "passed"}
+    finally:
+        channel.close()

@@ -193,6 +193,8 @@ def _start() -> _Reporter | None:
     if not directory or __name__ != PLUGIN_NAME:
         return None  # imported by proctor itself, or by a pytest no verifier asked for
     _forget(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.exists(os.path.join(directory, KEY_NAME)):
+        return None  # a second pytest of the same command: the first one's results stand
     reporter = _Reporter(directory)
     reporter.send("start", pid=os.getpid(), python=sys.version.split()[0])
     reporter.watch()
