@@ -8,6 +8,7 @@ file and pragmas, PostgreSQL's schema table and URLs) say so in their names.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import sqlite3
 import sys
@@ -1635,6 +1636,62 @@ async def test_any_content_round_trips_through_blobs(
     assert [n["body"] for n in await journal.notes(run_id)] == [body]
     assert (await journal.latest_note(run_id, "effect") or {})["id"] == note
     assert await journal.ending_step(run_id) is None
+
+
+_ARGS = st.dictionaries(st.sampled_from(["path", "content", "n", "flag"]), JSON_VALUES, max_size=3)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    args=_ARGS,
+    event_args=st.one_of(st.none(), _ARGS),
+    tool=st.sampled_from(["write_file", "run_command"]),
+    event_tool=st.sampled_from([None, "read_file"]),
+    candidate=st.one_of(st.none(), st.just("c" * 64), st.text(max_size=5)),
+    delta_candidate=st.one_of(st.none(), st.just("c" * 64), st.integers()),
+    more=st.dictionaries(
+        st.sampled_from(["result", "note", "tool", "args"]), JSON_VALUES, max_size=2
+    ),
+)
+async def test_what_an_event_shares_with_its_step_reads_back_exactly(
+    journal: JournalLike,
+    args: dict[str, Any],
+    event_args: dict[str, Any] | None,
+    tool: str,
+    event_tool: str | None,
+    candidate: str | None,
+    delta_candidate: Any,
+    more: dict[str, Any],
+) -> None:
+    # An action's event repeats the step's tool and arguments, and its state
+    # delta the event's candidate: stored once, read back the same, to the type
+    # (``True`` is not ``1``, ``1`` is not ``1.0``) and to the character (the
+    # action's canonical text is NFC, the event's arguments need not be).
+    run_id = f"run-{next(RUN_IDS)}"
+    epoch = await new_run(journal, run_id)
+    event: dict[str, Any] = {
+        "type": "action",
+        "tool": event_tool or tool,
+        "args": args if event_args is None else event_args,
+        **{k: v for k, v in more.items() if k not in ("tool", "args")},
+    }
+    if candidate is not None:
+        event["candidate"] = candidate
+    delta = {} if delta_candidate is None else {"candidate": delta_candidate}
+    record = step(
+        run_id,
+        1,
+        action=canonical_json({"tool": tool, "args": args}),
+        event=event,
+        state_delta=delta,
+    )
+    await journal.append_step(run_id, epoch, record)
+    (read,) = await journal.steps(run_id)
+    assert read == record
+    assert json.dumps(read, sort_keys=True) == json.dumps(record, sort_keys=True)
+    assert list(read["event"]) == list(record["event"])
 
 
 async def test_a_large_write_is_stored_once_for_its_step_event_and_note(

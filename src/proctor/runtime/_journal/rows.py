@@ -304,7 +304,10 @@ def step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str,
         packed.append("action")
         blobs.update(found)
     params["action"] = dump(action) if found else json_text(params["action"])
-    event, found = pack(record.get("event"))
+    event, shared = _share(record.get("event"), record["action"], record["state_delta"])
+    if "candidate" in shared:
+        params["state_delta"] = "{}"
+    event, found = pack(event)
     if found:
         packed.append("event")
         blobs.update(found)
@@ -314,6 +317,8 @@ def step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str,
     extra = {key: value for key, value in record.items() if key not in STEP_KNOWN}
     if packed:
         extra[_PACKED] = packed
+    if shared:
+        extra[_SHARED] = shared
     extra_text = dump(extra) if extra else None
     # A checksum over every column as stored, kept with them: a row changed on
     # disk is told from a valid one when it is read.
@@ -321,6 +326,74 @@ def step_params(run_id: str, epoch: int, record: Mapping[str, Any]) -> dict[str,
     extra[_CHECKSUM] = _step_checksum([run_id, *summed, extra_text])
     params["extra"] = dump(extra)
     return params
+
+
+def _share(event: Any, action: Any, delta: Any) -> tuple[Any, list[str]]:
+    """
+    Take out of an action step's event what the row holds already.
+
+    The event of an action repeats the step's action (its tool and arguments),
+    and the step's state delta is often just the event's candidate: those are
+    stored once, and :func:`_unshare` puts them back. Only exact copies are
+    shared (the same JSON, types and characters included: the action's
+    canonical text is NFC, an event's arguments need not be); the arguments
+    come back in the action's canonical key order.
+
+    Returns:
+        The event to store, and what was taken out of it (``action``) or of the
+        state delta (``candidate``).
+    """
+    if not (
+        isinstance(event, dict)
+        and event.get("type") == "action"
+        and list(event)[:3] == list(_EVENT_HEAD)
+    ):
+        return event, []
+    shared: list[str] = []
+    if isinstance(action, str) and action.startswith("{"):
+        try:
+            same = json.loads(action)
+        except ValueError:
+            same = None
+        if (
+            isinstance(same, dict)
+            and set(same) == {"tool", "args"}
+            and same["tool"] == event["tool"]
+            and _exact(same["args"]) == _exact(event["args"])
+        ):
+            event = {"type": "action", **{k: v for k, v in event.items() if k not in _EVENT_HEAD}}
+            shared.append("action")
+    candidate = event.get("candidate")
+    if isinstance(candidate, str) and delta == {"candidate": candidate}:
+        shared.append("candidate")
+    return event, shared
+
+
+def _unshare(event: Any, action: str | None, shared: list[str], where: str) -> tuple[Any, Any]:
+    """Put back what :func:`_share` took out: the event, and the state delta if it was shared."""
+    delta: Any = None
+    if "action" in shared:
+        same = load(action, where) if action is not None else None
+        if not (isinstance(event, dict) and isinstance(same, dict) and "tool" in same):
+            raise JournalError(f"{where} is corrupt in the journal: it is not read as data")
+        rest = {k: v for k, v in event.items() if k != "type"}
+        event = {"type": event.get("type"), "tool": same["tool"], "args": same.get("args"), **rest}
+    if "candidate" in shared:
+        if not isinstance(event, dict):
+            raise JournalError(f"{where} is corrupt in the journal: it is not read as data")
+        delta = {"candidate": event.get("candidate")}
+    return event, delta
+
+
+def _exact(value: Any) -> str:
+    """JSON that tells apart what ``==`` does not (``True`` and ``1``, ``1`` and ``1.0``)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+
+
+# The keys an action's event starts with, as ``event_to_json`` writes them.
+_EVENT_HEAD = ("type", "tool", "args")
+# The key of what a step's event shares with its row, in its ``extra`` column.
+_SHARED = "_shared"
 
 
 def step_refs(rows: Iterable[Any]) -> set[str]:
@@ -388,6 +461,10 @@ def step_record(row: Any, blobs: Mapping[str, Any] | None = None) -> dict[str, A
     decoded = load_opt(event, where)
     if "event" in packed:
         decoded = unpack(decoded, blobs or {}, where)
+    shared = extras.pop(_SHARED, [])
+    if not isinstance(shared, list):
+        raise JournalError(f"{where} is corrupt in the journal: it is not read as data")
+    decoded, delta = _unshare(decoded, action, shared, where)
     record = {
         "trace_id": trace_id,
         "run_id": run_id,
@@ -397,7 +474,7 @@ def step_record(row: Any, blobs: Mapping[str, Any] | None = None) -> dict[str, A
         "tool_status": tool_status,
         "result_fingerprint": result_fingerprint,
         "state_version": state_version,
-        "state_delta": load(state_delta, where),
+        "state_delta": delta if delta is not None else load(state_delta, where),
         "remaining": load(remaining, where),
         "decision": decision,
         "progress": bool(progress),
