@@ -236,3 +236,18 @@ def test_an_honest_suite_with_plugins_and_doctests_is_not_tampered(run: Run) -> 
     got = _outcomes(run, {"test_suite.py": suite}, "-p", "pytester", "--doctest-modules")
     assert set(got.values()) == {"passed"}, got
     assert len(got) == 9, got
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding: an honest test that monkeypatches a pytest class is refused as tampered "
+    "(its patch is in place at the call's report; the watch cannot tell it from an attack)",
+)
+def test_an_honest_monkeypatch_of_a_pytest_class_is_not_tampered(run: Run) -> None:
+    suite = """
+    import _pytest.terminal
+
+    def test_quiet(monkeypatch):
+        monkeypatch.setattr(_pytest.terminal.TerminalReporter, "write_sep", lambda *a, **k: None)
+    """
+    assert _outcomes(run, {"test_quiet.py": suite}) == {"test_quiet.py::test_quiet": "passed"}
