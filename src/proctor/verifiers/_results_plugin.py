@@ -16,12 +16,20 @@ verifier accepts the file only when every line verifies, the numbers run from
 removed, changed, added or moved, or a session that never ended (``os._exit``
 inside a test, a kill) gives no results at all.
 
-While tests run, the plugin also watches the parts of pytest and pluggy that
-make and carry a test's outcome: a class of theirs given a new attribute, a
-function given a new body, a module-level name rebound, or a hook
-implementation of ``pytest_runtest_makereport``/``pytest_runtest_logreport``/
-``pytest_report_teststatus`` registered later by anything but a ``conftest.py``
-is reported as a ``tampered`` line, which fails the check.
+While tests run, the plugin also watches pytest and pluggy (every module of
+``_pytest``, ``pytest`` and ``pluggy``): a class of theirs given a new method or
+property, or one of its methods rebound or removed, a module-level function
+rebound, a function given a new body or defaults, a hook implementation
+registered after the session started by anything but a ``conftest.py`` pytest
+loaded from a file older than the session, or a collected test item given a
+different function, session, config or one of its methods in its own
+``__dict__``, is reported as a ``tampered`` line, which fails the check. Before
+the session starts (a ``conftest.py`` importing the project), pytest's own code
+may still change pytest (``_pytest.legacypath`` adds properties); nothing else
+may. Reports of an outcome pytest does not define (pytest-rerunfailures'
+``rerun``, an attempt a later report supersedes) are not sent, and pytest-xdist's
+distribution is turned off: its workers run the code under test where the
+plugin does not watch, so the tests run in pytest's own process.
 """
 
 from __future__ import annotations
@@ -30,9 +38,13 @@ import contextlib
 import hashlib
 import hmac
 import json
+import operator
 import os
 import sys
+import sysconfig
+import types
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 PLUGIN_NAME = "proctor_results"
@@ -41,27 +53,14 @@ KEY_NAME = "key"
 FRAMES_NAME = "frames"
 
 # Where a test's outcome is made and carried: rebinding what these define is tampering.
-_WATCHED_MODULES = (
-    "_pytest.runner",
-    "_pytest.reports",
-    "_pytest.python",
-    "_pytest.skipping",
-    "_pytest.outcomes",
-    "_pytest.main",
-    "_pytest.terminal",
-    "pluggy._hooks",
-    "pluggy._callers",
-    "pluggy._manager",
-    "pluggy._result",
-)
-_WATCHED_HOOKS = (
-    "pytest_runtest_makereport",
-    "pytest_runtest_logreport",
-    "pytest_report_teststatus",
-    "pytest_runtest_protocol",
-    "pytest_runtest_call",
-    "pytest_pyfunc_call",
-)
+_WATCHED_PACKAGES = ("_pytest", "pytest", "pluggy")
+_OUTCOMES = ("passed", "failed", "skipped")
+_MISSING: Any = object()
+
+
+def _watched(module: object) -> bool:
+    name = module if isinstance(module, str) else None
+    return name is not None and name.partition(".")[0] in _WATCHED_PACKAGES
 
 
 class _Reporter:
@@ -76,14 +75,31 @@ class _Reporter:
         del key
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         self._fd = os.open(os.path.join(directory, FRAMES_NAME), flags, 0o600)
+        # Files changed after this were written by the run itself.
+        self._born = os.fstat(self._fd).st_ctime_ns
         self._write = os.write
         self._seq = 0
         self._ended = False
+        self._started = False
         self._tampered: set[str] = set()
-        self._bound: list[tuple[Any, str, Any, str]] = []
+        # Each watched namespace (a module's, a class's) as it was last seen.
+        self._spaces: dict[int, tuple[Any, str, Any, dict[str, Any], list[str], list[Any]]] = {}
+        # The same, flat, for the one pass of each check.
+        self._flat: bool | None = None
+        self._volatile: list[list[Any]] = []
+        self._moving: set[tuple[int, str]] = set()
+        self._views: list[Any] = []
+        self._getters: list[Any] = []
+        self._lens: list[int] = []
+        self._keys: list[list[str]] = []
+        self._values: list[Any] = []
+        self._own: tuple[str, ...] = ()
+        self._modules = 0
         # The hook implementations known at the session's start, and conftest.py's.
         self._impls: set[Any] | None = None
         self._manager: Any = None
+        self._session: Any = None
+        self._objs: dict[int, tuple[Any, Any]] = {}
 
     def send(self, kind: str, **fields: Any) -> None:
         if self._ended:
@@ -106,63 +122,210 @@ class _Reporter:
     # ------------------------------------------------------------- the watch
 
     def watch(self) -> None:
-        # What is bound now in the watched modules and their classes: functions,
-        # classes, methods, properties. Compared, by identity, at each test's call.
-        for name in _WATCHED_MODULES:
-            module = sys.modules.get(name)
-            if module is None:
-                continue
-            space = vars(module)
-            for attr, value in space.items():
-                if callable(value):
-                    self._bound.append((space, attr, value, f"{name}.{attr}"))
-                if isinstance(value, type) and value.__module__ == name:
-                    for key, member in vars(value).items():
-                        if callable(member) or hasattr(member, "__get__"):
-                            where = f"{name}.{attr}.{key}"
-                            self._bound.append((vars(value), key, member, where))
+        # pytest's, pluggy's and the installed plugins' code lives here (the
+        # plugins load after this one, and some change pytest as they do).
+        own = [sysconfig.get_paths().get(k) for k in ("purelib", "platlib")]
+        for name in _WATCHED_PACKAGES:
+            path = getattr(sys.modules.get(name), "__file__", None)
+            own.append(os.path.dirname(path) if isinstance(path, str) else None)
+        self._own = tuple({os.path.join(os.path.realpath(d), "") for d in own if d})
+        self._record()
+        self._flatten()
         if hasattr(sys, "addaudithook"):
             sys.addaudithook(self._audit)
 
+    def _record(self) -> None:
+        # What the watched modules and their classes hold now (modules imported
+        # since are added as they are): compared, by identity, at each test's call.
+        self._modules = len(sys.modules)
+        for name, module in list(sys.modules.items()):
+            if not _watched(name) or module is None or id(module) in self._spaces:
+                continue
+            self._keep(module, name)
+            for attr, value in list(vars(module).items()):
+                if isinstance(value, type) and value.__module__ == name:
+                    self._keep(value, f"{name}.{attr}")
+
+    def _keep(self, owner: Any, where: str) -> None:
+        view = vars(owner)  # a live view: a class's is a new proxy of the same dict
+        seen = dict(view)
+        keys = [k for k, v in seen.items() if _code(v) and (id(owner), k) not in self._moving]
+        self._spaces[id(owner)] = (owner, where, view, seen, keys, [seen[k] for k in keys])
+        self._flat = None
+
+    def _flatten(self) -> None:
+        kept = list(self._spaces.values())
+        self._views = [view for _, _, view, _, _, _ in kept]
+        self._getters = [view.get for view in self._views]
+        self._lens = [len(seen) for _, _, _, seen, _, _ in kept]
+        self._keys = [keys for _, _, _, _, keys, _ in kept]
+        self._values = [v for _, _, _, _, _, values in kept for v in values]
+        self._flat = True
+
+    def _compare(self) -> None:
+        for owner, where, view, seen, keys, values in list(self._spaces.values()):
+            if len(view) == len(seen) and all(map(operator.is_, map(view.get, keys), values)):
+                continue
+            for name in {*seen, *view}:
+                before, now = seen.get(name, _MISSING), view.get(name, _MISSING)
+                if before is now:
+                    continue
+                if not self._allowed(owner, before, now):
+                    how = (
+                        "removed"
+                        if now is _MISSING
+                        else "added"
+                        if before is _MISSING
+                        else "rebound"
+                    )
+                    self._tamper(f"{where}.{name} {how}")
+                elif isinstance(owner, types.ModuleType) and name in seen and name in view:
+                    # A module's hook pytest sets for each test (``_reprcompare``):
+                    # watched on its own, so the one pass over the rest stays in C.
+                    self._volatile.append([owner, where, name, now])
+                    self._moving.add((id(owner), name))
+            self._keep(owner, where)
+
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
-        # A function's body replaced: the one such change Python audits.
-        if event == "object.__setattr__" and args[1] == "__code__":
+        # A function's body or defaults replaced: the changes to a function Python audits.
+        if event == "object.__setattr__" and args[1] in (
+            "__code__",
+            "__defaults__",
+            "__kwdefaults__",
+        ):
             module = getattr(args[0], "__module__", None)
-            if module in _WATCHED or module == __name__:
-                self._tamper(f"{module}.{getattr(args[0], '__qualname__', '?')}.__code__ set")
+            if _watched(module) or module == __name__:
+                self._tamper(f"{module}.{getattr(args[0], '__qualname__', '?')}.{args[1]} set")
 
     def check(self) -> None:
-        for space, key, value, where in self._bound:
-            if space.get(key) is not value:
-                self._tamper(f"{where} rebound")
+        # One pass in C over what runs (functions, classes, descriptors) and the
+        # namespaces' sizes; only when that differs is each namespace compared.
+        if not (
+            list(map(len, self._views)) == self._lens
+            and all(
+                map(
+                    operator.is_,
+                    chain.from_iterable(map(map, self._getters, self._keys)),
+                    self._values,
+                )
+            )
+        ):
+            self._compare()
+        for entry in self._volatile:
+            owner, where, name, before = entry
+            now = vars(owner).get(name, _MISSING)
+            if now is not before:
+                if not self._allowed(owner, before, now):
+                    self._tamper(f"{where}.{name} rebound")
+                entry[3] = now
+        if len(sys.modules) != self._modules:
+            self._record()
+        if self._flat is None:
+            self._flatten()
         if self._impls is None or self._manager is None:
             return
         for impl in _hook_impls(self._manager):
             if impl not in self._impls:
-                if not _is_conftest(impl.plugin):
+                if not self._is_conftest(impl.plugin):
                     hook = impl.function.__name__
                     self._tamper(f"{hook} implemented by {impl.plugin_name}")
                 self._impls.add(impl)
 
+    def _allowed(self, owner: Any, before: Any, now: Any) -> bool:
+        # Data (counters, caches, a hook set for a test and back to None) may
+        # change; a class's code may not, but pytest fills in what was data with
+        # its own code, sets a module's hooks for each test (``_reprcompare``)
+        # and, before the session starts, pytest's plugins still set it up.
+        if not _code(now):
+            return True
+        if not self._started or not _code(before) or isinstance(owner, types.ModuleType):
+            return self._is_own(now)
+        return False
+
+    def _is_own(self, value: Any, depth: int = 0) -> bool:
+        if depth > 3:
+            return False
+        if value is _MISSING or not _code(value):
+            return True
+        if isinstance(value, property):
+            return all(
+                f is None or self._is_own(f, depth + 1)
+                for f in (value.fget, value.fset, value.fdel)
+            )
+        if isinstance(value, (classmethod, staticmethod, types.MethodType)):
+            return self._is_own(value.__func__, depth + 1)
+        if isinstance(value, types.FunctionType):
+            path = value.__code__.co_filename
+        elif isinstance(value, type):
+            path = getattr(sys.modules.get(value.__module__), "__file__", None) or ""
+        else:
+            return False
+        return os.path.realpath(path).startswith(self._own) if self._own else False
+
+    def _is_conftest(self, plugin: Any) -> bool:
+        # One pytest loaded itself, from a file that was there before the run.
+        if not _is_conftest(plugin):
+            return False
+        if plugin not in getattr(self._manager, "_conftest_plugins", (plugin,)):
+            return False
+        try:
+            return os.stat(plugin.__file__).st_ctime_ns < self._born
+        except OSError:
+            return False
+
+    def _check_item(self, item: Any) -> None:
+        if self._session is not None:
+            if getattr(item, "session", None) is not self._session:
+                self._tamper(f"{item.nodeid}: session replaced")
+            if getattr(item, "config", None) is not self._session.config:
+                self._tamper(f"{item.nodeid}: config replaced")
+        space = getattr(item, "__dict__", {})
+        for name, value in list(space.items()):
+            if callable(value) and callable(getattr(type(item), name, None)):
+                self._tamper(f"{item.nodeid}: {name} replaced on the item")
+        known = self._objs.get(id(item))
+        if known is not None and known[0] is item:
+            now = space.get("_obj", known[1])
+            if getattr(now, "__func__", now) is not getattr(known[1], "__func__", known[1]):
+                self._tamper(f"{item.nodeid}: its test function replaced")
+
     # ------------------------------------------------------------- pytest's hooks
 
     def pytest_sessionstart(self, session: Any) -> None:
-        # Every plugin is registered by now; later ones come from conftest.py
-        # files (the harness) or from the code under test.
         self._manager = session.config.pluginmanager
-        self._impls = set(_hook_impls(self._manager))
+        self._session = session
         self.check()
+        self._started = True
+
+    def pytest_collectstart(self, collector: Any) -> None:
+        if self._impls is None and self._manager is not None:
+            # Every plugin is registered by now (pytest's fixture manager in a
+            # pytest_sessionstart after this one's); later ones come from
+            # conftest.py files (the harness) or from the code under test.
+            self._impls = set(_hook_impls(self._manager))
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        for item in getattr(session, "items", ()):
+            obj = getattr(item, "__dict__", {}).get("_obj")
+            if obj is not None:
+                self._objs[id(item)] = (item, obj)
 
     def pytest_collectreport(self, report: Any) -> None:
         if not report.passed:
             outcome = "error" if report.failed else "skipped"
             self.send("test", id=report.nodeid, when="collect", outcome=outcome)
 
+    def pytest_runtest_call(self, item: Any) -> None:
+        self.check()
+        self._check_item(item)
+
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call":
             self.check()
         elif report.passed:
             return  # a setup or teardown that passed says nothing the call does not
+        if report.outcome not in _OUTCOMES:
+            return  # a rerun's attempt: the last attempt's report decides
         self.send("test", id=report.nodeid, when=report.when, outcome=report.outcome)
 
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
@@ -173,14 +336,18 @@ class _Reporter:
             os.close(self._fd)
 
 
-_WATCHED = frozenset(_WATCHED_MODULES)
+def _code(value: Any) -> bool:
+    # What runs: functions, methods, classes, properties and other descriptors.
+    if value is _MISSING or value is None or isinstance(value, (str, bytes, int, float)):
+        return False
+    return callable(value) or hasattr(type(value), "__get__")
 
 
 def _hook_impls(manager: Any) -> Iterator[Any]:
-    for hook in _WATCHED_HOOKS:
-        caller = getattr(manager.hook, hook, None)
-        if caller is not None:
-            yield from caller.get_hookimpls()
+    for caller in list(vars(manager.hook).values()):
+        get = getattr(caller, "get_hookimpls", None)
+        if get is not None:
+            yield from get()
 
 
 def _is_conftest(plugin: Any) -> bool:
@@ -225,5 +392,14 @@ _REPORTER = _start()
 
 def pytest_configure(config: Any) -> None:
     if _REPORTER is None or hasattr(config, "workerinput"):
-        return  # no verifier asked, or an xdist worker: its reports reach the controller
+        return  # no verifier asked, or an xdist worker (there is none: see below)
+    option = getattr(config, "option", None)
+    if option is not None and getattr(option, "dist", "no") != "no":
+        # xdist's workers would run the tests where the plugin does not watch
+        # them and send reports it cannot check: the tests run here instead
+        # (xdist makes its session in a later pytest_configure).
+        option.dist = "no"
+        sys.stderr.write(
+            "proctor: pytest-xdist's distribution is off, the tests run in one process\n"
+        )
     config.pluginmanager.register(_REPORTER, "proctor-results-reporter")
