@@ -471,3 +471,22 @@ def test_a_second_pytest_of_the_same_command_reports_nothing_and_does_not_fail(
         assert channel.read() == {"test_a.py::test_a": "passed"}
     finally:
         channel.close()
+
+
+async def test_without_a_baseline_a_failed_test_fails_the_check_whatever_the_exit(
+    tmp_path: Path,
+) -> None:
+    # The code under test ends the process with 0 after pytest's session: the
+    # results are whole and show the failure, and nothing is required by a baseline.
+    (tmp_path / "pricing.py").write_text(
+        "import atexit, os\n\ndef total(n):\n    return n * 11\n\natexit.register(os._exit, 0)\n"
+    )
+    (tmp_path / "test_pricing.py").write_text(PRICING_TEST + "\n\ndef test_other():\n    pass\n")
+    check = CommandCheck("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    evidence = await check.run_check(tmp_path, "d", "v")
+    assert evidence.exit_code == 0  # the forged exit
+    assert not evidence.passed
+    assert "1 test(s) failed or errored: test_pricing.py::test_total" in evidence.excerpt
+    # The positive control: without the failure, the same check passes.
+    (tmp_path / "pricing.py").write_text("def total(n):\n    return n * 10\n")
+    assert (await check.run_check(tmp_path, "d", "v")).passed

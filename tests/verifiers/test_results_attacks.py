@@ -251,3 +251,13 @@ def test_an_honest_monkeypatch_of_a_pytest_class_is_not_tampered(run: Run) -> No
         monkeypatch.setattr(_pytest.terminal.TerminalReporter, "write_sep", lambda *a, **k: None)
     """
     assert _outcomes(run, {"test_quiet.py": suite}) == {"test_quiet.py::test_quiet": "passed"}
+
+
+def test_an_honest_suite_run_with_xdist_is_judged_in_one_process(run: Run) -> None:
+    pytest.importorskip("xdist")
+    files = {
+        "test_a.py": "import os\n\n\ndef test_a():\n    pass\n\n\ndef test_b():\n    assert 0\n"
+    }
+    channel, out = run(files, "-n", "2")
+    assert "distribution is off" in out, out
+    assert channel.read() == {"test_a.py::test_a": "passed", "test_a.py::test_b": "failed"}

@@ -311,7 +311,7 @@ class CommandCheck:
                 passed = False
             else:
                 baseline = (context.baseline_tests if context is not None else {}).get(self.name)
-                problem = _test_problem(tests, baseline, self.must_pass)
+                problem = _test_problem(tests, baseline, self.must_pass, self.expect_exit)
                 if problem is not None:
                     if passed:
                         notes.append(problem)
@@ -483,7 +483,9 @@ def _failing_tests(
     return tuple(sorted(failing))
 
 
-def _test_problem(tests: dict[str, str], baseline: Any, must_pass: Sequence[str]) -> str | None:
+def _test_problem(
+    tests: dict[str, str], baseline: Any, must_pass: Sequence[str], expect_exit: int
+) -> str | None:
     """Say why the per-test results do not pass, or None."""
     if baseline is not None:
         ok, reason, _, _ = judge_against_baseline(baseline, tests, must_pass)
@@ -494,6 +496,13 @@ def _test_problem(tests: dict[str, str], baseline: Any, must_pass: Sequence[str]
     missing = [t for t in must_pass if tests.get(t) != "passed"]
     if missing:
         return f"must_pass test(s) did not pass: {', '.join(missing[:5])}"
+    failed = sorted(t for t, o in tests.items() if o in ("failed", "error"))
+    if failed and expect_exit == 0:
+        # pytest exits 1 when a test fails; an exit of 0 then was not pytest's
+        # (the code under test can end the process itself). Without a baseline
+        # every test that ran is required.
+        shown = ", ".join(failed[:5]) + (f" (+{len(failed) - 5} more)" if len(failed) > 5 else "")
+        return f"{len(failed)} test(s) failed or errored: {shown}"
     return None
 
 
