@@ -126,8 +126,16 @@ def _outcomes(run: Run, files: dict[str, str], *args: str) -> dict[str, str]:
         raise AssertionError(f"{exc.kind}: {exc}\n{out}") from exc
 
 
-def _refused(run: Run, files: dict[str, str], kind: str, *args: str) -> str:
+def _refused(
+    run: Run, files: dict[str, str], kind: str, *args: str, control: str | None = None
+) -> str:
+    """Run pytest on ``files``; its results must be refused as ``kind``.
+
+    ``control``: what pytest itself must print (``1 passed``: the attack works on pytest).
+    """
     channel, out = run(files, *args)
+    if control is not None:
+        assert control in out, out
     with pytest.raises(ResultsError) as caught:
         channel.read()
     assert caught.value.kind == kind, (caught.value, out)
@@ -338,12 +346,8 @@ def test_pytest_changed_from_inside_is_refused(run: Run, patch: str) -> None:
         "pricing.py": "def total(n):\n    return n * 11\n" + textwrap.dedent(patch),
         "test_pricing.py": PRICING_TEST,
     }
-    channel, out = run(files)
-    assert "1 passed" in out, out
-    with pytest.raises(ResultsError) as caught:
-        channel.read()
-    assert caught.value.kind == "tampered", (caught.value, out)
-    assert "changed how pytest makes outcomes" in str(caught.value)
+    message = _refused(run, files, "tampered", control="1 passed")
+    assert "changed how pytest makes outcomes" in message
 
 
 def test_the_plugin_unregistered_gives_no_results(run: Run) -> None:

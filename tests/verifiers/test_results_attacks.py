@@ -10,28 +10,11 @@ attack's positive control is pytest's own report of a pass.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from tests.verifiers.test_results import PRICING_TEST, Run, _outcomes, _run
+from tests.verifiers.test_results import PRICING_TEST, Run, _outcomes, _refused, run
 
-from proctor.verifiers._results import ResultsChannel, ResultsError
-
-
-@pytest.fixture
-def run(tmp_path: Path) -> Iterator[Run]:
-    opened: list[ResultsChannel] = []
-
-    def go(files: dict[str, str], *args: str) -> tuple[ResultsChannel, str]:
-        channel, out = _run(tmp_path, files, *args)
-        opened.append(channel)
-        return channel, out
-
-    yield go
-    for channel in opened:
-        channel.close()
-
+__all__ = ("run",)  # the fixture, shared with test_results
 
 _PATCHES = {
     "report-outcome-property": """
@@ -104,11 +87,7 @@ def test_pytest_changed_beyond_its_core_modules_is_refused(run: Run, patch: str)
         "pricing.py": "def total(n):\n    return n * 11\n" + textwrap.dedent(patch),
         "test_pricing.py": PRICING_TEST,
     }
-    channel, out = run(files)
-    assert "1 passed" in out, out  # the attack works on pytest
-    with pytest.raises(ResultsError) as caught:
-        channel.read()
-    assert caught.value.kind == "tampered", (caught.value, out)
+    _refused(run, files, "tampered", control="1 passed")
 
 
 # A test the agent adds, run first, that changes the items of the tests after it.
@@ -131,11 +110,7 @@ def test_items_changed_by_an_earlier_test_are_refused(run: Run, change: str) -> 
         "test_a_first.py": first,
         "test_pricing.py": PRICING_TEST,
     }
-    channel, out = run(files)
-    assert "2 passed" in out, out
-    with pytest.raises(ResultsError) as caught:
-        channel.read()
-    assert caught.value.kind == "tampered", (caught.value, out)
+    _refused(run, files, "tampered", control="2 passed")
 
 
 def test_a_rerun_attempt_is_not_a_forgery(run: Run) -> None:
@@ -183,11 +158,7 @@ def test_xdist_workers_do_not_escape_the_watch(run: Run) -> None:
         "pricing.py": "def total(n):\n    return n * 11\n" + textwrap.dedent(patch),
         "test_pricing.py": PRICING_TEST,
     }
-    channel, out = run(files, "-n", "2")
-    assert "1 passed" in out, out
-    with pytest.raises(ResultsError) as caught:
-        channel.read()
-    assert caught.value.kind == "tampered", (caught.value, out)
+    _refused(run, files, "tampered", "-n", "2", control="1 passed")
 
 
 def test_an_honest_suite_with_plugins_and_doctests_is_not_tampered(run: Run) -> None:
