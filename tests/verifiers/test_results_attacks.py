@@ -10,9 +10,13 @@ attack's positive control is pytest's own report of a pass.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.verifiers.test_results import PRICING_TEST, Run, _outcomes, _refused, run
+
+from proctor.verifiers import _results_plugin as plugin
 
 __all__ = ("run",)  # the fixture, shared with test_results
 
@@ -209,11 +213,6 @@ def test_an_honest_suite_with_plugins_and_doctests_is_not_tampered(run: Run) -> 
     assert len(got) == 9, got
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: an honest test that monkeypatches a pytest class is refused as tampered "
-    "(its patch is in place at the call's report; the watch cannot tell it from an attack)",
-)
 def test_an_honest_monkeypatch_of_a_pytest_class_is_not_tampered(run: Run) -> None:
     suite = """
     import _pytest.terminal
@@ -232,3 +231,92 @@ def test_an_honest_suite_run_with_xdist_is_judged_in_one_process(run: Run) -> No
     channel, out = run(files, "-n", "2")
     assert "distribution is off" in out, out
     assert channel.read() == {"test_a.py::test_a": "passed", "test_a.py::test_b": "failed"}
+
+
+def _watching(tmp_path: Path) -> Any:
+    # The plugin's watch, in this process: what a check sees between two reports.
+    (tmp_path / plugin.KEY_NAME).write_bytes(b"k" * 32)
+    reporter = plugin._Reporter(str(tmp_path))
+    reporter.watch()
+    reporter._started = True
+    return reporter
+
+
+def _tampered(tmp_path: Path) -> list[str]:
+    lines = (tmp_path / plugin.FRAMES_NAME).read_text().splitlines()
+    return [line for line in lines if '"t":"tampered"' in line]
+
+
+def test_a_tests_own_monkeypatch_of_pytest_is_allowed_and_undone(tmp_path: Path) -> None:
+    import _pytest.terminal
+
+    reporter = _watching(tmp_path)
+    patch = pytest.MonkeyPatch()
+    item = type("Item", (), {"funcargs": {"monkeypatch": patch}})()
+    reporter._item = item
+    patch.setattr(_pytest.terminal.TerminalReporter, "write_sep", lambda *a, **k: None)
+    try:
+        reporter.check()  # at the test's call: the patch is its own
+    finally:
+        patch.undo()
+    reporter._item = None
+    reporter.check()  # after its teardown: back as it was
+    assert _tampered(tmp_path) == []
+
+
+def test_a_monkeypatch_taken_off_its_fixtures_list_is_tampering(tmp_path: Path) -> None:
+    # The patch stays after the test: the fixture no longer undoes it.
+    import _pytest.reports
+
+    reporter = _watching(tmp_path)
+    patch = pytest.MonkeyPatch()
+    reporter._item = type("Item", (), {"funcargs": {"monkeypatch": patch}})()
+    made = _pytest.reports.TestReport.from_item_and_call
+    patch.setattr(
+        _pytest.reports.TestReport, "from_item_and_call", classmethod(lambda c, i, x: None)
+    )
+    try:
+        patch._setattr.clear()
+        reporter.check()
+        assert any("from_item_and_call" in line for line in _tampered(tmp_path))
+    finally:
+        _pytest.reports.TestReport.from_item_and_call = made  # type: ignore[method-assign]
+
+
+def test_a_monkeypatch_whose_undo_keeps_the_forgery_is_tampering(tmp_path: Path) -> None:
+    # A record that says the forged value was there before the test: the undo
+    # would put the forgery back, so the value kept is not what it restores.
+    import _pytest.reports
+
+    reporter = _watching(tmp_path)
+    patch = pytest.MonkeyPatch()
+    reporter._item = type("Item", (), {"funcargs": {"monkeypatch": patch}})()
+    made = _pytest.reports.TestReport.from_item_and_call
+    forged = classmethod(lambda c, i, x: None)
+    try:
+        _pytest.reports.TestReport.from_item_and_call = forged  # type: ignore[method-assign,assignment]
+        patch._setattr.append((_pytest.reports.TestReport, "from_item_and_call", forged))
+        reporter.check()
+        assert any("from_item_and_call" in line for line in _tampered(tmp_path))
+    finally:
+        _pytest.reports.TestReport.from_item_and_call = made  # type: ignore[method-assign]
+
+
+def test_a_monkeypatch_look_alike_holds_nothing(tmp_path: Path) -> None:
+    import _pytest.reports
+
+    class MonkeyPatch:  # the name, not pytest's class
+        def __init__(self) -> None:
+            self._setattr: list[Any] = []
+
+    reporter = _watching(tmp_path)
+    fake = MonkeyPatch()
+    reporter._item = type("Item", (), {"funcargs": {"monkeypatch": fake}})()
+    made = _pytest.reports.TestReport.from_item_and_call
+    try:
+        fake._setattr.append((_pytest.reports.TestReport, "from_item_and_call", made))
+        _pytest.reports.TestReport.from_item_and_call = classmethod(lambda c, i, x: None)  # type: ignore[method-assign,assignment]
+        reporter.check()
+        assert any("from_item_and_call" in line for line in _tampered(tmp_path))
+    finally:
+        _pytest.reports.TestReport.from_item_and_call = made  # type: ignore[method-assign]

@@ -57,6 +57,7 @@ FRAMES_NAME = "frames"
 _WATCHED_PACKAGES = ("_pytest", "pytest", "pluggy")
 _OUTCOMES = ("passed", "failed", "skipped")
 _MISSING: Any = object()
+_NOT_PATCHED: Any = object()
 # A paced watch runs once ten of its own durations have passed since its last run.
 _PACE = 10.0
 
@@ -104,6 +105,8 @@ class _Reporter:
         self._session: Any = None
         self._objs: dict[int, tuple[Any, Any]] = {}
         self._checked_at = 0.0
+        self._item: Any = None
+        self._monkeypatch: Any = None
         self._check_cost = 0.0
 
     def send(self, kind: str, **fields: Any) -> None:
@@ -136,6 +139,8 @@ class _Reporter:
         self._own = tuple({os.path.join(os.path.realpath(d), "") for d in own if d})
         self._record()
         self._flatten()
+        # pytest's own class, as loaded before any code under test: a look-alike is not it.
+        self._monkeypatch = getattr(sys.modules.get("_pytest.monkeypatch"), "MonkeyPatch", None)
         if hasattr(sys, "addaudithook"):
             sys.addaudithook(self._audit)
 
@@ -151,9 +156,16 @@ class _Reporter:
                 if isinstance(value, type) and value.__module__ == name:
                     self._keep(value, f"{name}.{attr}")
 
-    def _keep(self, owner: Any, where: str) -> None:
+    def _keep(self, owner: Any, where: str, held: dict[str, Any] | None = None) -> None:
         view = vars(owner)  # a live view: a class's is a new proxy of the same dict
         seen = dict(view)
+        for name, before in (held or {}).items():
+            # A test's monkeypatch, to be undone at its teardown: the value it
+            # will come back to is the one kept.
+            if before is _MISSING:
+                seen.pop(name, None)
+            else:
+                seen[name] = before
         keys = [k for k, v in seen.items() if _code(v) and (id(owner), k) not in self._moving]
         self._spaces[id(owner)] = (owner, where, view, seen, keys, [seen[k] for k in keys])
         self._flat = None
@@ -168,14 +180,18 @@ class _Reporter:
         self._flat = True
 
     def _compare(self) -> None:
+        patched = self._patched()
         for owner, where, view, seen, keys, values in list(self._spaces.values()):
             if len(view) == len(seen) and all(map(operator.is_, map(view.get, keys), values)):
                 continue
+            held: dict[str, Any] = {}
             for name in {*seen, *view}:
                 before, now = seen.get(name, _MISSING), view.get(name, _MISSING)
                 if before is now:
                     continue
-                if not self._allowed(owner, before, now):
+                if patched.get((id(owner), name), _NOT_PATCHED) is before:
+                    held[name] = before
+                elif not self._allowed(owner, before, now):
                     how = (
                         "removed"
                         if now is _MISSING
@@ -189,7 +205,27 @@ class _Reporter:
                     # watched on its own, so the one pass over the rest stays in C.
                     self._volatile.append([owner, where, name, now])
                     self._moving.add((id(owner), name))
-            self._keep(owner, where)
+            self._keep(owner, where, held)
+
+    def _patched(self) -> dict[tuple[int, str], Any]:
+        # What the running test's own ``monkeypatch`` fixture set, with the value
+        # it restores at the test's teardown: a change to pytest a test makes
+        # for itself and pytest undoes. A patch taken off the fixture's list
+        # stays, and is then seen as any other change.
+        item = self._item
+        fixture = getattr(item, "funcargs", {}).get("monkeypatch") if item is not None else None
+        records = getattr(fixture, "_setattr", None)
+        if fixture is None or type(fixture) is not self._monkeypatch or type(records) is not list:
+            return {}
+        out: dict[tuple[int, str], Any] = {}
+        for record in records:
+            if isinstance(record, tuple) and len(record) == 3 and isinstance(record[1], str):
+                target, name, old = record
+                # The first record of a name holds the value before the test.
+                out.setdefault(
+                    (id(target), name), _MISSING if type(old).__name__ == "Notset" else old
+                )
+        return out
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         # A function's body or defaults replaced: the changes to a function Python audits.
@@ -334,11 +370,13 @@ class _Reporter:
             self.send("test", id=report.nodeid, when="collect", outcome=outcome)
 
     def pytest_runtest_call(self, item: Any) -> None:
+        self._item = item
         self._check_item(item)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call":
             self._paced_check()
+            self._item = None  # its monkeypatch is undone at its teardown
         elif report.passed:
             return  # a setup or teardown that passed says nothing the call does not
         if report.outcome not in _OUTCOMES:
