@@ -9,9 +9,9 @@ the working directory that would shadow the check's entry point (``pytest.py``,
 patterns; the verifier restores them from the baseline in each check's copy of
 the candidate, and the scope check rejects a candidate that changed them.
 
-Per-test results come from pytest's JUnit XML (:func:`parse_junit`), asked for
-through ``PYTEST_ADDOPTS`` so that a shell string and an argv are treated alike.
-:func:`judge_against_baseline` applies the SWE-bench harness's rule: the tests
+A pytest check's per-test results come from proctor's results plugin inside
+pytest (``_results``); :func:`parse_junit` reads pytest's JUnit XML, whose ids
+those results equal. :func:`judge_against_baseline` applies the SWE-bench harness's rule: the tests
 that failed at the baseline must now pass (FAIL_TO_PASS), the ones that passed
 must still pass (PASS_TO_PASS), and so must the ``must_pass`` ids the task names.
 """
@@ -34,7 +34,6 @@ from proctor._fs import read_inside, remove_tree
 from proctor.verifiers._candidate import DEFAULT_IGNORE, _compile, _walk, matches
 
 __all__ = (
-    "pytest_argv",
     "ALWAYS",
     "JUnitError",
     "Outcome",
@@ -44,7 +43,6 @@ __all__ = (
     "is_pytest",
     "judge_against_baseline",
     "parse_junit",
-    "pytest_addopts",
     "restore",
 )
 
@@ -246,21 +244,6 @@ _MAX_XML_BYTES = 64 * 1024 * 1024
 _RANK: dict[Outcome, int] = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
-def pytest_argv(argv: Sequence[str], junit_path: str | os.PathLike[str]) -> list[str]:
-    """``argv`` plus the options the verifier needs.  xunit1 is used because
-    it carries the ``file`` attribute needed for exact test ids."""
-    return [
-        *argv,
-        f"--junitxml={os.fspath(junit_path)}",
-        "-o",
-        "junit_family=xunit1",
-        "-o",
-        "junit_logging=no",
-        "-p",
-        "no:cacheprovider",
-    ]
-
-
 def _module_of(file: str) -> str:
     return re.sub(r"\.py$", "", file.replace("\\", "/")).replace("/", ".")
 
@@ -426,20 +409,6 @@ def is_pytest(run: Sequence[str] | str) -> bool:
         if token == "-m" and i + 1 < len(tokens) and tokens[i + 1] == "pytest":
             return True
     return False
-
-
-def pytest_addopts(junit: Path) -> str:
-    """
-    Return the ``PYTEST_ADDOPTS`` that make pytest write per-test results to ``junit``.
-
-    xunit1 is asked for because it carries each test's ``file``, which gives exact ids.
-
-    Args:
-        junit: where the report goes (a path outside the candidate).
-    """
-    return shlex.join(
-        [f"--junitxml={junit}", "-o", "junit_family=xunit1", "-o", "junit_logging=no"]
-    )
 
 
 # --------------------------------------------------------------------------- baseline files
