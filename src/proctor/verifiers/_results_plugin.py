@@ -48,6 +48,8 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
+__all__ = ("FRAMES_NAME", "KEY_NAME", "PLUGIN_NAME", "RESULTS_ENV", "pytest_configure")
+
 PLUGIN_NAME = "proctor_results"
 RESULTS_ENV = "PROCTOR_RESULTS"
 KEY_NAME = "key"
