@@ -320,3 +320,132 @@ def test_a_monkeypatch_look_alike_holds_nothing(tmp_path: Path) -> None:
         assert any("from_item_and_call" in line for line in _tampered(tmp_path))
     finally:
         _pytest.reports.TestReport.from_item_and_call = made  # type: ignore[method-assign]
+
+
+# The code under test, inside the required test, patches pytest through a
+# ``monkeypatch`` the running item holds (its own fixture when the test asks for
+# one, or a real ``MonkeyPatch`` it puts in ``item.funcargs``) and has it undone
+# at the teardown (pytest's fixture, or a finalizer): the watch at the call's
+# report holds the patch, live while pytest made the report, as the test's own.
+_HELD = """
+import sys, pytest, _pytest.reports
+
+_made = vars(_pytest.reports.TestReport)["from_item_and_call"]
+
+def _passing(cls, item, call):
+    report = _made.__func__(cls, item, call)
+    report.outcome, report.longrepr = "passed", None
+    return report
+
+def total(n):
+    f = sys._getframe(1)
+    while "pyfuncitem" not in f.f_locals:
+        f = f.f_back
+    item = f.f_locals["pyfuncitem"]
+    mp = item.funcargs.get("monkeypatch")
+    if mp is None:
+        mp = item.funcargs["monkeypatch"] = pytest.MonkeyPatch()
+        item.addfinalizer(mp.undo)
+    mp.setattr(_pytest.reports.TestReport, "from_item_and_call", classmethod(_passing))
+    return n * 11
+"""
+
+_HELD_TESTS = {
+    "its-fixture": "from pricing import total\n\n\ndef test_total(monkeypatch):\n    assert total(20) == 200\n",
+    "one-put-in-funcargs": PRICING_TEST,
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding: the monkeypatch allowance holds a patch the code under test makes through "
+    "the running item's monkeypatch (its fixture, or one put in item.funcargs), live while "
+    "pytest makes the report",
+)
+@pytest.mark.parametrize("test", list(_HELD_TESTS.values()), ids=list(_HELD_TESTS))
+def test_a_patch_through_the_running_items_monkeypatch_is_refused(run: Run, test: str) -> None:
+    files = {"pricing.py": _HELD, "test_pricing.py": test}
+    _refused(run, files, "tampered", control="1 passed")
+
+
+def test_an_honest_monkeypatch_adding_a_name_to_pytest_is_not_tampered(run: Run) -> None:
+    # ``raising=False``: the fixture records pytest's NOTSET, and deletes the name at its teardown.
+    suite = """
+    import pytest, _pytest.terminal
+
+    def test_added(monkeypatch):
+        monkeypatch.setattr(_pytest.terminal.TerminalReporter, "extra", lambda self: None, raising=False)
+        monkeypatch.setattr(pytest, "extra", lambda: None, raising=False)
+    """
+    assert _outcomes(run, {"test_added.py": suite}) == {"test_added.py::test_added": "passed"}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (false positive): a patch of pytest by a module- or session-scoped fixture "
+    "through MonkeyPatch.context(), as pytest's docs advise for scopes wider than a function, "
+    "is not the running test's monkeypatch",
+)
+def test_an_honest_module_scoped_monkeypatch_of_pytest_is_not_tampered(run: Run) -> None:
+    suite = """
+    import pytest, _pytest.terminal
+
+    @pytest.fixture(scope="module")
+    def quiet():
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_pytest.terminal.TerminalReporter, "write_sep", lambda *a, **k: None)
+            yield
+
+    def test_a(quiet):
+        pass
+    """
+    assert _outcomes(run, {"test_quiet.py": suite}) == {"test_quiet.py::test_a": "passed"}
+
+
+# An earlier test makes one check long (sys.modules grown: each new module is
+# looked at by the next check), so that the paced watch skips the required
+# test's report; the program's patch stays to the end of the tests and a
+# pytest_sessionfinish of its own, run before the plugin's, takes it and itself
+# away.
+_UNWATCHED = """
+import sys, pytest, _pytest.reports
+
+def total(n):
+    report = _pytest.reports.TestReport
+    made = vars(report)["from_item_and_call"]
+
+    def _passing(cls, item, call):
+        r = made.__func__(cls, item, call)
+        r.outcome, r.longrepr = "passed", None
+        return r
+
+    report.from_item_and_call = classmethod(_passing)
+    f = sys._getframe(1)
+    while "pyfuncitem" not in f.f_locals:
+        f = f.f_back
+    manager = f.f_locals["pyfuncitem"].config.pluginmanager
+
+    class _Restore:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_sessionfinish(self, session):
+            report.from_item_and_call = made
+            manager.unregister(self)
+
+    manager.register(_Restore())
+    return n * 11
+"""
+
+
+_LONG = {
+    "modules-added": "import sys\n\n\ndef test_first():\n    for i in range(200000):\n        sys.modules[f'_unwatched{i}'] = None\n",
+    # each watched from then on: every check is long, not just the next one
+    "pytest-modules-made": "import sys, types\n\n\ndef test_first():\n    for i in range(300000):\n        sys.modules[f'_pytest._made{i}'] = types.ModuleType(f'_pytest._made{i}')\n\n\ndef test_second():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("first", list(_LONG.values()), ids=list(_LONG))
+def test_a_check_made_long_does_not_leave_the_tests_after_it_unwatched(
+    run: Run, first: str
+) -> None:
+    files = {"pricing.py": _UNWATCHED, "test_a_first.py": first, "test_pricing.py": PRICING_TEST}
+    _refused(run, files, "tampered", control=f"{first.count('def test_') + 1} passed")

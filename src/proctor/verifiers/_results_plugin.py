@@ -109,7 +109,9 @@ class _Reporter:
         self._checked_at = 0.0
         self._item: Any = None
         self._monkeypatch: Any = None
+        self._notset: Any = _NOT_PATCHED
         self._check_cost = 0.0
+        self._base_cost = 0.0
 
     def send(self, kind: str, **fields: Any) -> None:
         if self._ended:
@@ -141,8 +143,15 @@ class _Reporter:
         self._own = tuple({os.path.join(os.path.realpath(d), "") for d in own if d})
         self._record()
         self._flatten()
+        start = time.perf_counter()
+        self.check()
+        self._base_cost = time.perf_counter() - start
         # pytest's own class, as loaded before any code under test: a look-alike is not it.
-        self._monkeypatch = getattr(sys.modules.get("_pytest.monkeypatch"), "MonkeyPatch", None)
+        module = sys.modules.get("_pytest.monkeypatch")
+        space = vars(module) if module is not None else {}
+        self._monkeypatch = space.get("MonkeyPatch")
+        # What it records for a name it added (``raising=False``): ``NOTSET`` since pytest 8.
+        self._notset = space.get("NOTSET", space.get("notset", _NOT_PATCHED))
         if hasattr(sys, "addaudithook"):
             sys.addaudithook(self._audit)
 
@@ -224,9 +233,7 @@ class _Reporter:
             if isinstance(record, tuple) and len(record) == 3 and isinstance(record[1], str):
                 target, name, old = record
                 # The first record of a name holds the value before the test.
-                out.setdefault(
-                    (id(target), name), _MISSING if type(old).__name__ == "Notset" else old
-                )
+                out.setdefault((id(target), name), _MISSING if old is self._notset else old)
         return out
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
@@ -280,11 +287,17 @@ class _Reporter:
         # once its last run is ten of its own durations ago: at most a tenth
         # more time. A change that stays is seen by the end whatever the pace;
         # one undone between two checks is not (see docs/security.md).
+        # Its duration is what the code under test can make as long as it
+        # likes (sys.modules grown by a million names, each new one looked at;
+        # a module of ``_pytest``'s name made for each) to leave the tests
+        # after a long check unwatched: it paces the watch only up to twice
+        # that of the watch's first run, before any code under test.
         now = time.perf_counter()
         if now - self._checked_at >= _PACE * self._check_cost:
             self.check()
             done = time.perf_counter()
-            self._check_cost, self._checked_at = done - now, done
+            self._check_cost = min(done - now, 2 * self._base_cost)
+            self._checked_at = done
 
     def _allowed(self, owner: Any, before: Any, now: Any) -> bool:
         # Data (counters, caches, a hook set for a test and back to None) may
