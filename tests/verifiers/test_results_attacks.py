@@ -9,6 +9,7 @@ attack's positive control is pytest's own report of a pass.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,7 @@ def test_a_tests_own_monkeypatch_of_pytest_is_allowed_and_undone(tmp_path: Path)
     patch = pytest.MonkeyPatch()
     item = type("Item", (), {"funcargs": {"monkeypatch": patch}})()
     reporter._item = item
+    reporter._files[id(item)] = os.path.realpath(__file__)  # the lambda below is this file's
     patch.setattr(_pytest.terminal.TerminalReporter, "write_sep", lambda *a, **k: None)
     try:
         reporter.check()  # at the test's call: the patch is its own
@@ -356,12 +358,8 @@ _HELD_TESTS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: the monkeypatch allowance holds a patch the code under test makes through "
-    "the running item's monkeypatch (its fixture, or one put in item.funcargs), live while "
-    "pytest makes the report",
-)
+# Found by the red team and closed: a test's monkeypatch holds only code of the
+# test's own file, and the code under test's forger is defined in its own.
 @pytest.mark.parametrize("test", list(_HELD_TESTS.values()), ids=list(_HELD_TESTS))
 def test_a_patch_through_the_running_items_monkeypatch_is_refused(run: Run, test: str) -> None:
     files = {"pricing.py": _HELD, "test_pricing.py": test}

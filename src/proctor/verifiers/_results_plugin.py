@@ -108,6 +108,7 @@ class _Reporter:
         self._objs: dict[int, tuple[Any, Any]] = {}
         self._checked_at = 0.0
         self._item: Any = None
+        self._files: dict[int, str] = {}
         self._monkeypatch: Any = None
         self._notset: Any = _NOT_PATCHED
         self._check_cost = 0.0
@@ -200,7 +201,9 @@ class _Reporter:
                 before, now = seen.get(name, _MISSING), view.get(name, _MISSING)
                 if before is now:
                     continue
-                if patched.get((id(owner), name), _NOT_PATCHED) is before:
+                if patched.get((id(owner), name), _NOT_PATCHED) is before and self._is_own(
+                    now, within=self._item_file()
+                ):
                     held[name] = before
                 elif not self._allowed(owner, before, now):
                     how = (
@@ -310,25 +313,35 @@ class _Reporter:
             return self._is_own(now)
         return False
 
-    def _is_own(self, value: Any, depth: int = 0) -> bool:
+    def _is_own(self, value: Any, depth: int = 0, within: tuple[str, ...] | None = None) -> bool:
+        # Code from pytest's, pluggy's and the installed plugins' directories, or
+        # from the files ``within`` names.
+        roots = self._own if within is None else within
         if depth > 3:
             return False
         if value is _MISSING or not _code(value):
             return True
         if isinstance(value, property):
             return all(
-                f is None or self._is_own(f, depth + 1)
+                f is None or self._is_own(f, depth + 1, roots)
                 for f in (value.fget, value.fset, value.fdel)
             )
         if isinstance(value, (classmethod, staticmethod, types.MethodType)):
-            return self._is_own(value.__func__, depth + 1)
+            return self._is_own(value.__func__, depth + 1, roots)
         if isinstance(value, types.FunctionType):
             path = value.__code__.co_filename
         elif isinstance(value, type):
             path = getattr(sys.modules.get(value.__module__), "__file__", None) or ""
         else:
             return False
-        return os.path.realpath(path).startswith(self._own) if self._own else False
+        return os.path.realpath(path).startswith(roots) if roots else False
+
+    def _item_file(self) -> tuple[str, ...]:
+        # The running test's own file, as collected: a test patches pytest with
+        # code of its own file (the code under test's patch, through the test's
+        # fixture or one it put there, comes from elsewhere).
+        path = self._files.get(id(self._item))
+        return (path,) if path is not None else ()
 
     def _is_conftest(self, plugin: Any) -> bool:
         # One pytest loaded itself, from a file that was there before the run.
@@ -378,6 +391,9 @@ class _Reporter:
             obj = getattr(item, "__dict__", {}).get("_obj")
             if obj is not None:
                 self._objs[id(item)] = (item, obj)
+            path = getattr(item, "path", None) or getattr(item, "fspath", None)
+            if path is not None:
+                self._files[id(item)] = os.path.realpath(os.fspath(path))
 
     def pytest_collectreport(self, report: Any) -> None:
         if not report.passed:
