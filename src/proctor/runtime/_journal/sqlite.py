@@ -34,7 +34,7 @@ import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 import aiosqlite
 import anyio
@@ -100,12 +100,14 @@ from proctor.runtime._journal.sqlite_io import (
     in_thread,
     is_duplicate,
     nothing,
+    open_inline,
     prefix_query,
     put_blobs,
     read_blobs,
     schema_version,
     sqlite_errors,
     transaction,
+    write_inline,
     write_steps,
     write_with_spend,
 )
@@ -116,6 +118,11 @@ __all__ = ("Journal",)
 log = get_logger()
 
 _T = TypeVar("_T")
+
+#: Every this many ordinary commits, one goes to the writer thread instead of
+#: the inline connection: the writer's commit checkpoints the WAL once it holds
+#: 1,000 pages (the inline connection never does: a checkpoint syncs).
+INLINE_TURN = 64
 
 # --------------------------------------------------------------------------------------
 # The journal
@@ -141,6 +148,10 @@ class Journal:
     _settles: list[Settle] = attrs.field(factory=list, init=False)
     # Steps waiting for the lock, written together by the first to get it.
     _steps: list[StepWrite] = attrs.field(factory=list, init=False)
+    # A second connection to the file, for ordinary commits in the event loop's
+    # thread (see ``_write``); None for ``:memory:`` and durable levels.
+    _inline: sqlite3.Connection | None = attrs.field(default=None, init=False)
+    _inline_writes: int = attrs.field(default=0, init=False)
 
     @classmethod
     async def open(
@@ -186,6 +197,8 @@ class Journal:
             with anyio.CancelScope(shield=True):
                 await db.close()
             raise
+        if name != ":memory:" and synchronous not in DURABLE:
+            journal._inline = open_inline(name, synchronous)
         return journal
 
     async def _setup(self, db: aiosqlite.Connection) -> None:
@@ -224,6 +237,9 @@ class Journal:
         db, self._db = self._db, None
         if db is None:
             return
+        inline, self._inline = self._inline, None
+        if inline is not None:
+            inline.close()
         with anyio.move_on_after(CLOSE_LIMIT, shield=True) as scope:
             async with self._lock:
                 if self._deferred or self._settles:
@@ -275,21 +291,34 @@ class Journal:
         body: Callable[[sqlite3.Connection], _T],
         *,
         durable: bool = False,
+        inline: bool = True,
     ) -> _T:
         """
-        Run ``body`` in one write transaction, after the deferred spend rows, in
-        the connection's thread: one hop to it for the whole transaction.
+        Run ``body`` in one write transaction, after the deferred spend rows.
 
-        The hop is shielded from cancellation, so that the transaction has
-        either happened or not when this returns or raises. If it fails, the
-        spend rows are kept for the next operation. ``durable`` commits with
-        ``synchronous=FULL``.
+        An ordinary commit (not ``durable``; ``inline``: small enough not to
+        hold up the event loop's other work) is made on the inline connection
+        in the caller's thread when the file's write lock is free: it syncs
+        nothing and waits for nothing, and a hop to the writer thread and back
+        costs more than the transaction. Otherwise, and every
+        ``INLINE_TURN``-th time (the writer connection's commits checkpoint the
+        WAL, which syncs), it runs in the connection's thread: one hop to it
+        for the whole transaction, shielded from cancellation, so that the
+        transaction has either happened or not when this returns or raises. If
+        it fails, the spend rows are kept for the next operation. ``durable``
+        commits with ``synchronous=FULL``.
         """
         rows, self._deferred = self._deferred, []
         settles, self._settles = self._settles, []
         level = None if not durable or self._synchronous in DURABLE else self._synchronous
         write = functools.partial(write_with_spend, rows, settles, body, level)
         try:
+            if not durable and inline and self._inline is not None:
+                self._inline_writes += 1
+                if self._inline_writes % INLINE_TURN:
+                    done, value = write_inline(rows, settles, body, self._inline)
+                    if done:
+                        return cast(_T, value)
             with anyio.CancelScope(shield=True):
                 result = await in_thread(db, write)
         except Exception:
@@ -756,7 +785,9 @@ class Journal:
                 batch, self._steps = self._steps, []
                 with self._errors(f"{what} of run {run_id}"):
                     try:
-                        await self._write(db, functools.partial(write_steps, batch))
+                        await self._write(
+                            db, functools.partial(write_steps, batch), inline=len(batch) == 1
+                        )
                     except BaseException:
                         # Rolled back: the others waiting try again under the lock.
                         others = [w for w in batch if w is not mine]

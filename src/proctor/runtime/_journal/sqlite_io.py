@@ -37,11 +37,13 @@ __all__ = (
     "in_thread",
     "is_duplicate",
     "nothing",
+    "open_inline",
     "prefix_query",
     "put_blobs",
     "read_blobs",
     "statements",
     "write_steps",
+    "write_inline",
     "write_with_spend",
 )
 
@@ -88,26 +90,78 @@ def write_with_spend(
         conn.execute(Sql.synchronous("FULL"))
     try:
         conn.execute(Sql.begin)
-        try:
-            if rows:
-                crash_point("add_spend:before")
-                conn.executemany(Sql.add_spend, rows)
-            for settle in settles:
-                crash_point("settle_effect:before")
-                conn.execute(settle.sql, settle.params)
-            result = body(conn)
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        if rows:
-            crash_point("add_spend:after")
-        for _ in settles:
-            crash_point("settle_effect:after")
-        return result
+        return _write_begun(rows, settles, body, conn)
     finally:
         if level is not None:
             conn.execute(Sql.synchronous(level))
+
+
+def open_inline(name: str, synchronous: str) -> sqlite3.Connection | None:
+    """
+    Open the journal's inline connection: no busy timeout, foreign keys on, the
+    journal's ``synchronous`` level, no automatic checkpoints. None if SQLite
+    will not open a second connection (the writer's serves every write then).
+    """
+    try:
+        conn = sqlite3.connect(name, timeout=0, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error:
+        return None
+    try:
+        for pragma in ("PRAGMA foreign_keys = ON", Sql.synchronous(synchronous)):
+            conn.execute(pragma)
+        conn.execute("PRAGMA wal_autocheckpoint = 0").fetchall()
+    except sqlite3.Error:
+        conn.close()
+        return None
+    return conn
+
+
+def write_inline(
+    rows: Sequence[tuple[Any, ...]],
+    settles: Sequence[Settle],
+    body: Callable[[sqlite3.Connection], _T],
+    conn: sqlite3.Connection,
+) -> tuple[bool, _T | None]:
+    """
+    :func:`write_with_spend` on the inline connection, in the caller's thread,
+    if the journal's write lock is free: ``(False, None)`` when another
+    connection holds it (nothing was written; the caller waits in the writer
+    thread instead). The inline connection has no busy timeout, so this never
+    waits, and it is never asked for a durable commit, so it never syncs.
+    """
+    try:
+        conn.execute(Sql.begin)
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return False, None
+        raise
+    return True, _write_begun(rows, settles, body, conn)
+
+
+def _write_begun(
+    rows: Sequence[tuple[Any, ...]],
+    settles: Sequence[Settle],
+    body: Callable[[sqlite3.Connection], _T],
+    conn: sqlite3.Connection,
+) -> _T:
+    """The spend ``rows``, the ``settles`` and ``body`` in the begun transaction; commit."""
+    try:
+        if rows:
+            crash_point("add_spend:before")
+            conn.executemany(Sql.add_spend, rows)
+        for settle in settles:
+            crash_point("settle_effect:before")
+            conn.execute(settle.sql, settle.params)
+        result = body(conn)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    if rows:
+        crash_point("add_spend:after")
+    for _ in settles:
+        crash_point("settle_effect:after")
+    return result
 
 
 def write_steps(batch: Sequence[StepWrite], conn: sqlite3.Connection) -> None:

@@ -1,0 +1,151 @@
+"""
+The SQLite journal's inline connection: ordinary commits made in the event
+loop's thread when the file's write lock is free, the writer thread otherwise;
+durable commits never inline; the WAL still checkpointed.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from tests.runtime.test_journal import TASK, dispatch, new_run, step
+
+from proctor.runtime._journal import Journal, sqlite_io
+from proctor.runtime._journal import sqlite as journal_sqlite
+from proctor.runtime._journal.sqlite_io import open_inline, write_inline
+
+pytestmark = pytest.mark.anyio
+
+
+def count_inline(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record whether each inline attempt wrote (True) or found the file busy."""
+    attempts: list[bool] = []
+
+    def counted(*args: Any) -> tuple[bool, Any]:
+        done, value = write_inline(*args)
+        attempts.append(done)
+        return done, value
+
+    monkeypatch.setattr(journal_sqlite, "write_inline", counted)
+    return attempts
+
+
+async def opened(path: Path, synchronous: Any = "NORMAL") -> Journal:
+    journal = await Journal.open(path, synchronous=synchronous)
+    await journal.put_task(TASK, "goal", {"kind": "build"}, "c1")
+    return journal
+
+
+def test_write_inline_writes_nothing_while_another_connection_holds_the_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    with sqlite3.connect(path, isolation_level=None) as setup:
+        setup.execute("PRAGMA journal_mode = WAL")
+        setup.execute("CREATE TABLE t (x)")
+    inline = open_inline(str(path), "NORMAL")
+    assert inline is not None
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+
+        def body(conn: sqlite3.Connection) -> int:
+            return conn.execute("INSERT INTO t VALUES (1)").rowcount
+
+        assert write_inline([], [], body, inline) == (False, None)
+        assert not inline.in_transaction
+    finally:
+        holder.rollback()
+    assert write_inline([], [], body, inline) == (True, 1)
+    assert holder.execute("SELECT x FROM t").fetchall() == [(1,)]
+    holder.close()
+    inline.close()
+
+
+async def test_a_step_waits_in_the_writer_thread_for_another_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "j.db"
+    attempts = count_inline(monkeypatch)
+    in_thread = sqlite_io.in_thread
+    handed: anyio.Event | None = None
+
+    async def handing(db: Any, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        if handed is not None:
+            handed.set()
+        return await in_thread(db, fn)
+
+    monkeypatch.setattr(journal_sqlite, "in_thread", handing)
+    async with await opened(path) as journal:
+        epoch = await new_run(journal, "run-a")
+        await journal.append_step("run-a", epoch, step("run-a", 1))
+        assert attempts[-1] is True
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        handed = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(journal.append_step, "run-a", epoch, step("run-a", 2))
+            await handed.wait()
+            # The inline attempt found the file busy and wrote nothing; the
+            # writer thread waits for the lock, which is given up now.
+            assert attempts[-1] is False
+            holder.commit()
+        holder.close()
+        assert [s["step"] for s in await journal.steps("run-a")] == [1, 2]
+
+
+async def test_durable_commits_and_durable_levels_never_go_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts = count_inline(monkeypatch)
+    async with await opened(tmp_path / "normal.db") as journal:
+        epoch = await new_run(journal, "run-a")
+        await journal.append_step("run-a", epoch, step("run-a", 1))
+        assert attempts == [True]
+        await dispatch(journal, "run-a", epoch, "k1")
+        assert attempts == [True]
+    attempts.clear()
+    async with await opened(tmp_path / "full.db", "FULL") as journal:
+        epoch = await new_run(journal, "run-a")
+        for n in range(1, 4):
+            await journal.append_step("run-a", epoch, step("run-a", n))
+        assert len(await journal.steps("run-a")) == 3
+    assert attempts == []
+
+
+async def test_a_memory_journal_has_no_inline_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts = count_inline(monkeypatch)
+    async with await Journal.open(":memory:") as journal:
+        await journal.put_task(TASK, "goal", {"kind": "build"}, "c1")
+        epoch = await new_run(journal, "run-a")
+        await journal.append_step("run-a", epoch, step("run-a", 1))
+        assert len(await journal.steps("run-a")) == 1
+    assert attempts == []
+
+
+@pytest.mark.parametrize("turns", [True, False])
+async def test_the_wal_is_checkpointed_when_most_commits_are_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, turns: bool
+) -> None:
+    # With the writer thread's turn, the WAL stays near SQLite's 1,000-page
+    # checkpoint; without it (the control), nothing checkpoints and it grows.
+    if not turns:
+        monkeypatch.setattr(journal_sqlite, "INLINE_TURN", 10**9)
+    path = tmp_path / "j.db"
+    async with await opened(path) as journal:
+        epoch = await new_run(journal, "run-a")
+        for n in range(1, 1_501):
+            await journal.append_step("run-a", epoch, step("run-a", n, reason="x" * 3_000))
+        wal = os.stat(f"{path}-wal").st_size
+        assert len(await journal.steps("run-a")) == 1_500
+    pages = wal // 4_096
+    if turns:
+        assert pages < 1_600, pages
+    else:
+        assert pages > 2_500, pages
