@@ -285,6 +285,12 @@ class Journal:
                     await self._write(db, nothing)
                 yield db
 
+    async def _locked_write(self, what: str, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        """:meth:`_write` ``body`` under the lock, its errors saying ``what`` was not done."""
+        async with self._lock:
+            with self._errors(what):
+                return await self._write(self._connected(what), body)
+
     async def _write(
         self,
         db: aiosqlite.Connection,
@@ -1122,18 +1128,25 @@ class Journal:
 
     async def record_process(self, run_id: str, pgid: int, command: str) -> None:
         """Journal a child process group the run started."""
-        async with self._use(f"record process group {pgid} of run {run_id}") as db:
+        params = (run_id, pgid, clean(command), time.time())
+
+        def write(conn: sqlite3.Connection) -> None:
             crash_point("record_process:before")
-            await db.execute(Sql.record_process, (run_id, pgid, clean(command), time.time()))
-            crash_point("record_process:after")
+            conn.execute(Sql.record_process, params)
+
+        await self._locked_write(f"record process group {pgid} of run {run_id}", write)
+        crash_point("record_process:after")
 
     async def end_process(self, run_id: str, pgid: int, how: str) -> None:
         """Mark the latest open record of a process group as ended; nothing if none is open."""
         params = {"run_id": run_id, "pgid": pgid, "how": how, "now": time.time()}
-        async with self._use(f"end process group {pgid} of run {run_id}") as db:
+
+        def write(conn: sqlite3.Connection) -> None:
             crash_point("end_process:before")
-            await db.execute(Sql.end_process, params)
-            crash_point("end_process:after")
+            conn.execute(Sql.end_process, params)
+
+        await self._locked_write(f"end process group {pgid} of run {run_id}", write)
+        crash_point("end_process:after")
 
     async def processes(self, run_id: str) -> list[ProcessRow]:
         """Return a run's process groups in the order they started."""
@@ -1158,9 +1171,7 @@ class Journal:
             put_blobs(conn, blobs)
             return int(row[0])
 
-        async with self._lock:
-            with self._errors(f"add note to run {run_id}"):
-                note = await self._write(self._connected(f"add note to run {run_id}"), write)
+        note = await self._locked_write(f"add note to run {run_id}", write)
         crash_point("add_note:after")
         return note
 
