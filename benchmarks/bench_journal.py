@@ -25,6 +25,9 @@ steps against a bare spawn, bytes per step, and the loop against a bare transact
   aiosqlite (a 2.2 KB step row and its two spend records, a reservation and its
   settlement, each one row with its amounts as JSON; ``synchronous=NORMAL``),
   against which ``bench_loop``'s steady step is held.
+- ``inline_floor_step_us()``: the same transaction through ``sqlite3`` in the
+  caller's thread, with no hop to another (what the journal's inline
+  connection does for an ordinary commit): what SQLite itself costs.
 
 Run it through ``python benchmarks/run.py --only journal``, or alone:
 ``python -m benchmarks.bench_journal``.
@@ -69,6 +72,7 @@ __all__ = (
     "command_step_ms",
     "effect_step_ms",
     "floor_step_us",
+    "inline_floor_step_us",
     "main",
     "resume_seconds",
 )
@@ -397,6 +401,39 @@ async def _floor(root: Path, steps: int) -> float:
         return (time.perf_counter() - start) / steps * 1e6
 
 
+def _inline_floor(root: Path, steps: int) -> float:
+    row = "x" * 2_200
+    db = sqlite3.connect(root / "inline.db", isolation_level=None)
+    try:
+        db.executescript(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+            "CREATE TABLE steps (id INTEGER PRIMARY KEY, body TEXT);"
+            "CREATE TABLE spend (id INTEGER PRIMARY KEY, kind TEXT, amounts TEXT);"
+        )
+        reserve = json.dumps({"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0})
+        settle = json.dumps(
+            {"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0, "wall_seconds": 0.1}
+        )
+        start = time.perf_counter()
+        for _ in range(steps):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO steps (body) VALUES (?)", (row,))
+            db.executemany(
+                "INSERT INTO spend (kind, amounts) VALUES (?, ?)",
+                [("reserve", reserve), ("settle", settle)],
+            )
+            db.execute("COMMIT")
+        return (time.perf_counter() - start) / steps * 1e6
+    finally:
+        db.close()
+
+
+def inline_floor_step_us(steps: int = 1_000) -> float:
+    """Microseconds per bare ``sqlite3`` transaction of the same rows, in this thread."""
+    with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
+        return _inline_floor(Path(tmp), steps)
+
+
 def floor_step_us(steps: int = 1_000) -> float:
     """Microseconds per bare aiosqlite transaction of a noop step's rows."""
     with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
@@ -415,6 +452,7 @@ def main() -> None:
     for kind in KINDS:
         print(f"{kind:>8} step: {bytes_per_step(kind):,.0f} bytes for {PAYLOAD:,} recorded")
     print(f"bare transaction floor: {floor_step_us():.0f} µs")
+    print(f"the same, sqlite3 in this thread: {inline_floor_step_us():.0f} µs")
 
 
 if __name__ == "__main__":

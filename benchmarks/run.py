@@ -824,9 +824,10 @@ def _journal(p: Params) -> list[Figure]:
                 goal=("<=", 1.5),
             ),
         ]
-    floor, loop = [], []
+    floor, inline, loop = [], [], []
     for _ in range(p.reps):
         floor.append(bj.floor_step_us())
+        inline.append(bj.inline_floor_step_us())
         loop.append(1e6 / proctor_loop(p.loop_steps).steady)
     figures += [
         Figure(
@@ -835,6 +836,12 @@ def _journal(p: Params) -> list[Figure]:
             "µs",
             tuple(floor),
             note="a 2.2 KB step row and two spend records, synchronous=NORMAL",
+        ),
+        Figure(
+            "journal.floor_inline",
+            "The same transaction through sqlite3 in the loop's thread (no hop)",
+            "µs",
+            tuple(inline),
         ),
         Figure("journal.loop_step", "Durable loop step (steady state)", "µs", tuple(loop)),
         Figure(
