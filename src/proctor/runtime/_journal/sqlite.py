@@ -2,8 +2,10 @@
 The journal: the durable record of tasks, runs, steps, effects, evidence, spend and children.
 
 This is the embedded backend, one SQLite file in WAL mode written through
-aiosqlite. One :class:`Journal` holds one connection, hence one writer thread;
-the controller is the only writer of run state. Every public method runs its
+aiosqlite. One :class:`Journal` holds one aiosqlite connection, hence one
+writer thread, and an inline connection for ordinary commits in the event
+loop's thread (see ``Journal._write``); the controller is the only writer of
+run state. Every public method runs its
 statements in one transaction, and two commits are made durable
 (``PRAGMA synchronous=FULL``) whatever the configured level: an effect's
 dispatch, which must be on disk before the effect leaves the process, and the
@@ -134,8 +136,8 @@ class Journal:
     """
     The SQLite journal. Open it with :meth:`open` or :func:`open_journal`.
 
-    One journal holds one connection and serializes its operations: each public
-    method is one transaction.
+    One journal holds one connection (and an inline one for ordinary commits)
+    and serializes its operations: each public method is one transaction.
     """
 
     _path: str
