@@ -18,7 +18,7 @@ from tests.runtime.test_journal import TASK, dispatch, new_run, step
 
 from proctor.runtime._journal import Journal, sqlite_io
 from proctor.runtime._journal import sqlite as journal_sqlite
-from proctor.runtime._journal.sqlite_io import open_inline, write_inline
+from proctor.runtime._journal.sqlite_io import Inline, write_inline
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +32,7 @@ def count_inline(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         attempts.append(done)
         return done, value
 
-    monkeypatch.setattr(journal_sqlite, "write_inline", counted)
+    monkeypatch.setattr(sqlite_io, "write_inline", counted)
     return attempts
 
 
@@ -49,8 +49,9 @@ def test_write_inline_writes_nothing_while_another_connection_holds_the_lock(
     with sqlite3.connect(path, isolation_level=None) as setup:
         setup.execute("PRAGMA journal_mode = WAL")
         setup.execute("CREATE TABLE t (x)")
-    inline = open_inline(str(path), "NORMAL")
-    assert inline is not None
+    opened = Inline.open(str(path), "NORMAL")
+    assert opened is not None
+    inline = opened.conn
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -136,7 +137,7 @@ async def test_the_wal_is_checkpointed_when_most_commits_are_inline(
     # With the writer thread's turn, the WAL stays near SQLite's 1,000-page
     # checkpoint; without it (the control), nothing checkpoints and it grows.
     if not turns:
-        monkeypatch.setattr(journal_sqlite, "INLINE_TURN", 10**9)
+        monkeypatch.setattr(sqlite_io, "INLINE_TURN", 10**9)
     path = tmp_path / "j.db"
     async with await opened(path) as journal:
         epoch = await new_run(journal, "run-a")

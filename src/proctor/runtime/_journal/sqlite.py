@@ -92,24 +92,21 @@ from proctor.runtime._journal.rows import (
     step_refs,
     task_record,
 )
-from proctor.runtime._journal.schema import SCHEMA_VERSION, SQLITE_MIGRATIONS
 from proctor.runtime._journal.sqlite_io import (
+    Inline,
     Settle,
     StepWrite,
-    apply_migration,
     check_journal_path,
     duplicate_step,
     in_thread,
     is_duplicate,
     nothing,
-    open_inline,
     prefix_query,
     put_blobs,
     read_blobs,
-    schema_version,
+    setup,
     sqlite_errors,
     transaction,
-    write_inline,
     write_steps,
     write_with_spend,
 )
@@ -120,11 +117,6 @@ __all__ = ("Journal",)
 log = get_logger()
 
 _T = TypeVar("_T")
-
-#: Every this many ordinary commits, one goes to the writer thread instead of
-#: the inline connection: the writer's commit checkpoints the WAL once it holds
-#: 1,000 pages (the inline connection never does: a checkpoint syncs).
-INLINE_TURN = 64
 
 # --------------------------------------------------------------------------------------
 # The journal
@@ -150,10 +142,8 @@ class Journal:
     _settles: list[Settle] = attrs.field(factory=list, init=False)
     # Steps waiting for the lock, written together by the first to get it.
     _steps: list[StepWrite] = attrs.field(factory=list, init=False)
-    # A second connection to the file, for ordinary commits in the event loop's
-    # thread (see ``_write``); None for ``:memory:`` and durable levels.
-    _inline: sqlite3.Connection | None = attrs.field(default=None, init=False)
-    _inline_writes: int = attrs.field(default=0, init=False)
+    # Ordinary commits in the event loop's thread; None for ``:memory:`` and durable levels.
+    _inline: Inline | None = attrs.field(default=None, init=False)
 
     @classmethod
     async def open(
@@ -200,31 +190,12 @@ class Journal:
                 await db.close()
             raise
         if name != ":memory:" and synchronous not in DURABLE:
-            journal._inline = open_inline(name, synchronous)
+            journal._inline = Inline.open(name, synchronous)
         return journal
 
     async def _setup(self, db: aiosqlite.Connection) -> None:
         with self._errors("open"):
-            await db.executescript(Sql.setup + Sql.synchronous(self._synchronous))
-            version = await schema_version(db, self._path)
-            if version < SCHEMA_VERSION:
-                crash_point("migrate:before")
-                async with transaction(db):
-                    # Read again under the write lock: another process may have
-                    # migrated the journal since.
-                    version = await schema_version(db, self._path)
-                    for migration in SQLITE_MIGRATIONS[version:]:
-                        await apply_migration(db, migration)
-                    if version < SCHEMA_VERSION:
-                        await db.execute(Sql.set_user_version(SCHEMA_VERSION))
-                crash_point("migrate:after")
-                if version < SCHEMA_VERSION:
-                    log.info(
-                        "journal.migrated",
-                        path=self._path,
-                        from_version=version,
-                        to_version=SCHEMA_VERSION,
-                    )
+            await setup(db, self._path, self._synchronous)
 
     @property
     def path(self) -> str:
@@ -241,7 +212,7 @@ class Journal:
             return
         inline, self._inline = self._inline, None
         if inline is not None:
-            inline.close()
+            inline.conn.close()
         with anyio.move_on_after(CLOSE_LIMIT, shield=True) as scope:
             async with self._lock:
                 if self._deferred or self._settles:
@@ -287,11 +258,13 @@ class Journal:
                     await self._write(db, nothing)
                 yield db
 
-    async def _locked_write(self, what: str, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _locked_write(
+        self, what: str, body: Callable[[sqlite3.Connection], _T], *, durable: bool = False
+    ) -> _T:
         """:meth:`_write` ``body`` under the lock, its errors saying ``what`` was not done."""
         async with self._lock:
             with self._errors(what):
-                return await self._write(self._connected(what), body)
+                return await self._write(self._connected(what), body, durable=durable)
 
     async def _write(
         self,
@@ -305,16 +278,10 @@ class Journal:
         Run ``body`` in one write transaction, after the deferred spend rows.
 
         An ordinary commit (not ``durable``; ``inline``: small enough not to
-        hold up the event loop's other work) is made on the inline connection
-        in the caller's thread when the file's write lock is free: it syncs
-        nothing and waits for nothing, and a hop to the writer thread and back
-        costs more than the transaction. Otherwise, and every
-        ``INLINE_TURN``-th time (the writer connection's commits checkpoint the
-        WAL, which syncs), it runs in the connection's thread: one hop to it
-        for the whole transaction, shielded from cancellation, so that the
-        transaction has either happened or not when this returns or raises. If
-        it fails, the spend rows are kept for the next operation. ``durable``
-        commits with ``synchronous=FULL``.
+        hold up the loop) is made by :class:`Inline` when it can; else in the
+        connection's thread, one hop for the whole transaction, shielded from
+        cancellation (it has happened or not when this returns or raises). If
+        it fails, the spend rows are kept. ``durable`` commits with ``FULL``.
         """
         rows, self._deferred = self._deferred, []
         settles, self._settles = self._settles, []
@@ -322,11 +289,9 @@ class Journal:
         write = functools.partial(write_with_spend, rows, settles, body, level)
         try:
             if not durable and inline and self._inline is not None:
-                self._inline_writes += 1
-                if self._inline_writes % INLINE_TURN:
-                    done, value = write_inline(rows, settles, body, self._inline)
-                    if done:
-                        return cast(_T, value)
+                done, value = self._inline.write(rows, settles, body)
+                if done:
+                    return cast(_T, value)
             with anyio.CancelScope(shield=True):
                 result = await in_thread(db, write)
         except Exception:
@@ -487,10 +452,7 @@ class Journal:
                 return True, None
             return False, conn.execute(Sql.run_fence, (run_id,)).fetchone()
 
-        async with self._lock:
-            db = self._connected(f"end run {run_id}")
-            with self._errors(f"end run {run_id}"):
-                ended, fence = await self._write(db, write, durable=True)
+        ended, fence = await self._locked_write(f"end run {run_id}", write, durable=True)
         if ended:
             crash_point("end_run:after")
             return
@@ -652,10 +614,7 @@ class Journal:
             ((task_id, epoch),) = conn.execute(Sql.claim_take, params).fetchall()
             return Claimed(run_id, task_id, int(epoch), int(previous))
 
-        async with self._lock:
-            db = self._connected("claim a run")
-            with self._errors("claim a run"):
-                claimed = await self._write(db, claim, durable=True)
+        claimed = await self._locked_write("claim a run", claim, durable=True)
         if claimed is None:
             return None
         crash_point("claim_run:after")
@@ -922,10 +881,7 @@ class Journal:
             put_blobs(conn, blobs)
             return int(row.fetchone()[0])
 
-        async with self._lock:
-            db = self._connected(f"record {what}")
-            with self._errors(f"record {what}"):
-                rows = await self._write(db, write, durable=True)
+        rows = await self._locked_write(f"record {what}", write, durable=True)
         if not isinstance(rows, list):
             crash_point("record_dispatch:after")
             return rows

@@ -21,14 +21,18 @@ import anyio
 import attrs
 
 from proctor._errors import ConfigError, JournalError, SchemaError
+from proctor._logging import get_logger
 from proctor.runtime._journal.crash import crash_point
-from proctor.runtime._journal.schema import SCHEMA_VERSION, SqliteMigration
+from proctor.runtime._journal.schema import SCHEMA_VERSION, SQLITE_MIGRATIONS, SqliteMigration
 from proctor.runtime._journal.sqlite_sql import Sql
 
 __all__ = (
+    "INLINE_TURN",
+    "Inline",
     "Settle",
     "apply_migration",
     "schema_version",
+    "setup",
     "sqlite_errors",
     "transaction",
     "StepWrite",
@@ -37,7 +41,6 @@ __all__ = (
     "in_thread",
     "is_duplicate",
     "nothing",
-    "open_inline",
     "prefix_query",
     "put_blobs",
     "read_blobs",
@@ -48,6 +51,8 @@ __all__ = (
 )
 
 _T = TypeVar("_T")
+
+log = get_logger()
 
 
 @attrs.define(eq=False)
@@ -96,24 +101,56 @@ def write_with_spend(
             conn.execute(Sql.synchronous(level))
 
 
-def open_inline(name: str, synchronous: str) -> sqlite3.Connection | None:
+#: Every this many ordinary commits, one goes to the writer thread instead of
+#: the inline connection: the writer's commits checkpoint the WAL once it holds
+#: 1,000 pages (the inline connection never does: a checkpoint syncs).
+INLINE_TURN = 64
+
+
+@attrs.define(eq=False)
+class Inline:
     """
-    Open the journal's inline connection: no busy timeout, foreign keys on, the
-    journal's ``synchronous`` level, no automatic checkpoints. None if SQLite
-    will not open a second connection (the writer's serves every write then).
+    A journal's inline connection: ordinary commits in the event loop's thread.
+
+    An ordinary commit in WAL mode at ``synchronous=NORMAL`` syncs nothing: a
+    trip to the writer thread and back costs more than the transaction. This
+    connection makes it in the caller's thread when the file's write lock is
+    free (it has no busy timeout: it never waits; when another connection
+    holds the lock it writes nothing, and the writer thread waits instead);
+    it does not checkpoint (every ``INLINE_TURN``-th commit is left to the
+    writer thread, whose commits do), and is never asked for a durable commit.
     """
-    try:
-        conn = sqlite3.connect(name, timeout=0, isolation_level=None, check_same_thread=False)
-    except sqlite3.Error:
-        return None
-    try:
-        for pragma in ("PRAGMA foreign_keys = ON", Sql.synchronous(synchronous)):
-            conn.execute(pragma)
-        conn.execute("PRAGMA wal_autocheckpoint = 0").fetchall()
-    except sqlite3.Error:
-        conn.close()
-        return None
-    return conn
+
+    conn: sqlite3.Connection
+    writes: int = 0
+
+    @classmethod
+    def open(cls, name: str, synchronous: str) -> Inline | None:
+        """Open it (foreign keys on, ``synchronous``); None if SQLite will not."""
+        try:
+            conn = sqlite3.connect(name, timeout=0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            return None
+        try:
+            for pragma in ("PRAGMA foreign_keys = ON", Sql.synchronous(synchronous)):
+                conn.execute(pragma)
+            conn.execute("PRAGMA wal_autocheckpoint = 0").fetchall()
+        except sqlite3.Error:
+            conn.close()
+            return None
+        return cls(conn)
+
+    def write(
+        self,
+        rows: Sequence[tuple[Any, ...]],
+        settles: Sequence[Settle],
+        body: Callable[[sqlite3.Connection], _T],
+    ) -> tuple[bool, _T | None]:
+        """:func:`write_inline`, unless it is the writer thread's turn: ``(False, None)``."""
+        self.writes += 1
+        if self.writes % INLINE_TURN == 0:
+            return False, None
+        return write_inline(rows, settles, body, self.conn)
 
 
 def write_inline(
@@ -317,6 +354,25 @@ async def schema_version(db: aiosqlite.Connection, path: str) -> int:
             f"knows versions up to {SCHEMA_VERSION}: open it with a newer proctor"
         )
     return version
+
+
+async def setup(db: aiosqlite.Connection, path: str, synchronous: str) -> None:
+    """Set the connection up (WAL, foreign keys, ``synchronous``); migrate the file."""
+    await db.executescript(Sql.setup + Sql.synchronous(synchronous))
+    version = await schema_version(db, path)
+    if version < SCHEMA_VERSION:
+        crash_point("migrate:before")
+        async with transaction(db):
+            # Read again under the write lock: another process may have
+            # migrated the journal since.
+            version = await schema_version(db, path)
+            for migration in SQLITE_MIGRATIONS[version:]:
+                await apply_migration(db, migration)
+            if version < SCHEMA_VERSION:
+                await db.execute(Sql.set_user_version(SCHEMA_VERSION))
+        crash_point("migrate:after")
+        if version < SCHEMA_VERSION:
+            log.info("journal.migrated", path=path, from_version=version, to_version=SCHEMA_VERSION)
 
 
 async def apply_migration(db: aiosqlite.Connection, migration: SqliteMigration) -> None:
