@@ -377,51 +377,48 @@ def bytes_per_step(kind: str) -> float:
     return (large - small) / (BYTES_STEPS - BYTES_FROM)
 
 
+# The floors' file: a noop step's row (2.2 KB) and its two spend records.
+_FLOOR_SCHEMA = (
+    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+    "CREATE TABLE steps (id INTEGER PRIMARY KEY, body TEXT);"
+    "CREATE TABLE spend (id INTEGER PRIMARY KEY, kind TEXT, amounts TEXT);"
+)
+_FLOOR_STEP = ("INSERT INTO steps (body) VALUES (?)", ("x" * 2_200,))
+_FLOOR_SPEND = (
+    "INSERT INTO spend (kind, amounts) VALUES (?, ?)",
+    [
+        ("reserve", json.dumps({"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0})),
+        (
+            "settle",
+            json.dumps(
+                {"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0, "wall_seconds": 0.1}
+            ),
+        ),
+    ],
+)
+
+
 async def _floor(root: Path, steps: int) -> float:
-    row = "x" * 2_200
     async with aiosqlite.connect(root / "floor.db", isolation_level=None) as db:
-        await db.executescript(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-            "CREATE TABLE steps (id INTEGER PRIMARY KEY, body TEXT);"
-            "CREATE TABLE spend (id INTEGER PRIMARY KEY, kind TEXT, amounts TEXT);"
-        )
-        reserve = json.dumps({"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0})
-        settle = json.dumps(
-            {"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0, "wall_seconds": 0.1}
-        )
+        await db.executescript(_FLOOR_SCHEMA)
         start = time.perf_counter()
         for _ in range(steps):
             await db.execute("BEGIN IMMEDIATE")
-            await db.execute("INSERT INTO steps (body) VALUES (?)", (row,))
-            await db.executemany(
-                "INSERT INTO spend (kind, amounts) VALUES (?, ?)",
-                [("reserve", reserve), ("settle", settle)],
-            )
+            await db.execute(*_FLOOR_STEP)
+            await db.executemany(*_FLOOR_SPEND)
             await db.commit()
         return (time.perf_counter() - start) / steps * 1e6
 
 
 def _inline_floor(root: Path, steps: int) -> float:
-    row = "x" * 2_200
     db = sqlite3.connect(root / "inline.db", isolation_level=None)
     try:
-        db.executescript(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-            "CREATE TABLE steps (id INTEGER PRIMARY KEY, body TEXT);"
-            "CREATE TABLE spend (id INTEGER PRIMARY KEY, kind TEXT, amounts TEXT);"
-        )
-        reserve = json.dumps({"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0})
-        settle = json.dumps(
-            {"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0, "wall_seconds": 0.1}
-        )
+        db.executescript(_FLOOR_SCHEMA)
         start = time.perf_counter()
         for _ in range(steps):
             db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT INTO steps (body) VALUES (?)", (row,))
-            db.executemany(
-                "INSERT INTO spend (kind, amounts) VALUES (?, ?)",
-                [("reserve", reserve), ("settle", settle)],
-            )
+            db.execute(*_FLOOR_STEP)
+            db.executemany(*_FLOOR_SPEND)
             db.execute("COMMIT")
         return (time.perf_counter() - start) / steps * 1e6
     finally:
