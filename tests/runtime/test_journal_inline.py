@@ -85,20 +85,21 @@ async def test_a_step_waits_in_the_writer_thread_for_another_writer(
     monkeypatch.setattr(journal_sqlite, "in_thread", handing)
     async with await opened(path) as journal:
         epoch = await new_run(journal, "run-a")
-        await journal.append_step("run-a", epoch, step("run-a", 1))
-        assert attempts[-1] is True
+        for n in (1, 2):
+            await journal.append_step("run-a", epoch, step("run-a", n))
+        assert attempts == [True]
         holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         holder.execute("BEGIN IMMEDIATE")
         handed = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(journal.append_step, "run-a", epoch, step("run-a", 2))
+            tg.start_soon(journal.append_step, "run-a", epoch, step("run-a", 3))
             await handed.wait()
             # The inline attempt found the file busy and wrote nothing; the
             # writer thread waits for the lock, which is given up now.
             assert attempts[-1] is False
             holder.commit()
         holder.close()
-        assert [s["step"] for s in await journal.steps("run-a")] == [1, 2]
+        assert [s["step"] for s in await journal.steps("run-a")] == [1, 2, 3]
 
 
 async def test_durable_commits_and_durable_levels_never_go_inline(
@@ -107,7 +108,8 @@ async def test_durable_commits_and_durable_levels_never_go_inline(
     attempts = count_inline(monkeypatch)
     async with await opened(tmp_path / "normal.db") as journal:
         epoch = await new_run(journal, "run-a")
-        await journal.append_step("run-a", epoch, step("run-a", 1))
+        for n in (1, 2):
+            await journal.append_step("run-a", epoch, step("run-a", n))
         assert attempts == [True]
         await dispatch(journal, "run-a", epoch, "k1")
         assert attempts == [True]
@@ -118,6 +120,37 @@ async def test_durable_commits_and_durable_levels_never_go_inline(
             await journal.append_step("run-a", epoch, step("run-a", n))
         assert len(await journal.steps("run-a")) == 3
     assert attempts == []
+
+
+async def test_the_commit_after_a_use_of_the_writer_thread_goes_there_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A writer-thread commit may checkpoint the WAL; the next commit starts the
+    # WAL over and syncs its header: that one is not made in the loop's thread.
+    attempts = count_inline(monkeypatch)
+    async with await opened(tmp_path / "j.db") as journal:
+        epoch = await new_run(journal, "run-a")  # the writer thread's
+        await journal.append_step("run-a", epoch, step("run-a", 1))
+        assert attempts == []
+        await journal.append_step("run-a", epoch, step("run-a", 2))
+        assert attempts == [True]
+        assert len(await journal.steps("run-a")) == 2  # the writer thread's
+        await journal.append_step("run-a", epoch, step("run-a", 3))
+        assert attempts == [True]
+        await journal.append_step("run-a", epoch, step("run-a", 4))
+        assert attempts == [True, True]
+        await dispatch(journal, "run-a", epoch, "k1")  # durable: the writer thread's
+        for n in (5, 6):
+            await journal.append_step("run-a", epoch, step("run-a", n))
+        assert attempts == [True, True, True]
+
+
+def test_no_inline_connection_outside_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode = DELETE")
+        db.execute("CREATE TABLE t (x)")
+    assert Inline.open(str(path), "NORMAL") is None
 
 
 async def test_a_memory_journal_has_no_inline_connection(monkeypatch: pytest.MonkeyPatch) -> None:

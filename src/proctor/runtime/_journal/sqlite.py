@@ -4,12 +4,11 @@ The journal: the durable record of tasks, runs, steps, effects, evidence, spend 
 This is the embedded backend, one SQLite file in WAL mode written through
 aiosqlite. One :class:`Journal` holds one aiosqlite connection, hence one
 writer thread, and an inline connection for ordinary commits in the event
-loop's thread (see ``Journal._write``); the controller is the only writer of
-run state. Every public method runs its
-statements in one transaction, and two commits are made durable
-(``PRAGMA synchronous=FULL``) whatever the configured level: an effect's
-dispatch, which must be on disk before the effect leaves the process, and the
-end of a run.
+loop's thread (``sqlite_io.Inline``); the controller is the only writer of run
+state. Every public method runs its statements in one transaction, and two
+commits are made durable (``PRAGMA synchronous=FULL``) whatever the configured
+level: an effect's dispatch, which must be on disk before the effect leaves
+the process, and the end of a run.
 
 Writes that belong to a run are fenced by the run's epoch: a write from a stale
 owner, or a dispatch after the run ended, raises :class:`~proctor.FencedError`.
@@ -184,7 +183,8 @@ class Journal:
             raise JournalError(f"journal {name}: could not open: {exc}") from exc
         journal = cls(name, db, synchronous)
         try:
-            await journal._setup(db)
+            with journal._errors("open"):
+                await setup(db, name, synchronous)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await db.close()
@@ -192,10 +192,6 @@ class Journal:
         if name != ":memory:" and synchronous not in DURABLE:
             journal._inline = Inline.open(name, synchronous)
         return journal
-
-    async def _setup(self, db: aiosqlite.Connection) -> None:
-        with self._errors("open"):
-            await setup(db, self._path, self._synchronous)
 
     @property
     def path(self) -> str:
@@ -253,10 +249,20 @@ class Journal:
         """
         async with self._lock:
             db = self._connected(what)
-            with self._errors(what):
-                if self._deferred or self._settles:
-                    await self._write(db, nothing)
-                yield db
+            try:
+                with self._errors(what):
+                    if self._deferred or self._settles:
+                        await self._write(db, nothing)
+                    yield db
+            except BaseException:
+                # A cancelled statement still runs in the thread: done before the
+                # lock is released, or a later inline commit could land first.
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await in_thread(db, nothing)
+                raise
+            finally:
+                if self._inline is not None:
+                    self._inline.follow = True
 
     async def _locked_write(
         self, what: str, body: Callable[[sqlite3.Connection], _T], *, durable: bool = False
@@ -275,13 +281,9 @@ class Journal:
         inline: bool = True,
     ) -> _T:
         """
-        Run ``body`` in one write transaction, after the deferred spend rows.
-
-        An ordinary commit (not ``durable``; ``inline``: small enough not to
-        hold up the loop) is made by :class:`Inline` when it can; else in the
-        connection's thread, one hop for the whole transaction, shielded from
-        cancellation (it has happened or not when this returns or raises). If
-        it fails, the spend rows are kept. ``durable`` commits with ``FULL``.
+        Run ``body`` in one transaction after the deferred spend (kept if it fails):
+        by :class:`Inline` if it can (not ``durable``, ``inline``); else in the
+        thread, shielded (it has happened or not when this returns or raises).
         """
         rows, self._deferred = self._deferred, []
         settles, self._settles = self._settles, []
@@ -293,7 +295,11 @@ class Journal:
                 if done:
                     return cast(_T, value)
             with anyio.CancelScope(shield=True):
-                result = await in_thread(db, write)
+                try:
+                    result = await in_thread(db, write)
+                finally:
+                    if self._inline is not None:
+                        self._inline.used_thread()
         except Exception:
             self._deferred[:0] = rows
             self._settles[:0] = settles
@@ -866,7 +872,6 @@ class Journal:
             "now": time.time(),
         }
         what = f"dispatch of effect {key}"
-
         noted = None if note is None else note_params(dict(note))
 
         def write(conn: sqlite3.Connection) -> list[Any] | int | None:

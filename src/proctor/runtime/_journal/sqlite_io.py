@@ -119,10 +119,14 @@ class Inline:
     holds the lock it writes nothing, and the writer thread waits instead);
     it does not checkpoint (every ``INLINE_TURN``-th commit is left to the
     writer thread, whose commits do), and is never asked for a durable commit.
+    The commit after any use of the writer thread goes there too (``follow``):
+    the first commit after a checkpoint starts the WAL over, and syncs its
+    header, even at ``NORMAL``.
     """
 
     conn: sqlite3.Connection
     writes: int = 0
+    follow: bool = False
 
     @classmethod
     def open(cls, name: str, synchronous: str) -> Inline | None:
@@ -135,10 +139,20 @@ class Inline:
             for pragma in ("PRAGMA foreign_keys = ON", Sql.synchronous(synchronous)):
                 conn.execute(pragma)
             conn.execute("PRAGMA wal_autocheckpoint = 0").fetchall()
+            # Outside WAL mode a commit takes an exclusive lock (and syncs): not here.
+            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
         except sqlite3.Error:
             conn.close()
             return None
+        if str(mode).lower() != "wal":
+            conn.close()
+            return None
         return cls(conn)
+
+    def used_thread(self) -> None:
+        """A commit was made in the writer thread: it may have checkpointed."""
+        # The next one (which starts the WAL over) goes there too, unless this was it.
+        self.follow = not self.follow
 
     def write(
         self,
@@ -148,7 +162,7 @@ class Inline:
     ) -> tuple[bool, _T | None]:
         """:func:`write_inline`, unless it is the writer thread's turn: ``(False, None)``."""
         self.writes += 1
-        if self.writes % INLINE_TURN == 0:
+        if self.follow or self.writes % INLINE_TURN == 0:
             return False, None
         return write_inline(rows, settles, body, self.conn)
 
@@ -169,7 +183,9 @@ def write_inline(
     try:
         conn.execute(Sql.begin)
     except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        # The primary code: SQLITE_BUSY_RECOVERY and the like are busy too.
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return False, None
         raise
     return True, _write_begun(rows, settles, body, conn)
