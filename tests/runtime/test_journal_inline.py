@@ -183,3 +183,34 @@ async def test_the_wal_is_checkpointed_when_most_commits_are_inline(
         assert pages < 1_600, pages
     else:
         assert pages > 2_500, pages
+
+
+async def test_a_cancelled_operation_is_done_before_the_next_commit(tmp_path: Path) -> None:
+    # A heartbeat waits in the writer thread for another process's lock and is
+    # cancelled there; the step after it must not land first (inline, at once).
+    path = tmp_path / "j.db"
+    async with await opened(path) as journal:
+        epoch = await new_run(journal, "run-a")
+        log = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        log.executescript(
+            """
+            CREATE TABLE order_log (n INTEGER PRIMARY KEY, what TEXT);
+            CREATE TRIGGER o1 AFTER UPDATE ON runs
+                BEGIN INSERT INTO order_log (what) VALUES ('heartbeat'); END;
+            CREATE TRIGGER o2 AFTER INSERT ON steps
+                BEGIN INSERT INTO order_log (what) VALUES ('step'); END;
+            """
+        )
+        for n in (1, 2):  # the second one inline: the next would be too
+            await journal.append_step("run-a", epoch, step("run-a", n))
+        log.execute("BEGIN IMMEDIATE")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(journal.heartbeat, "run-a", epoch)
+            # Every other task waits: the heartbeat's statement is in the thread.
+            await anyio.wait_all_tasks_blocked()
+            tg.cancel_scope.cancel()
+            log.commit()
+        await journal.append_step("run-a", epoch, step("run-a", 3))
+        order = [what for (what,) in log.execute("SELECT what FROM order_log ORDER BY n")]
+        log.close()
+    assert order == ["step", "step", "heartbeat", "step"]

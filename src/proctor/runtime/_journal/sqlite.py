@@ -254,13 +254,9 @@ class Journal:
                     if self._deferred or self._settles:
                         await self._write(db, nothing)
                     yield db
-            except BaseException:
-                # A cancelled statement still runs in the thread: done before the
-                # lock is released, or a later inline commit could land first.
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await in_thread(db, nothing)
-                raise
             finally:
+                # The next commit goes to the thread too: behind what this sent
+                # there (a statement cancelled while it waited still runs).
                 if self._inline is not None:
                     self._inline.follow = True
 
