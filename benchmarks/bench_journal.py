@@ -22,8 +22,8 @@ steps against a bare spawn, bytes per step, and the loop against a bare transact
   compresses about 2.5x), its journal compacted with ``VACUUM INTO``; the growth from
   ``BYTES_FROM`` to ``BYTES_STEPS`` steps, per step, over the 2,048 bytes each step records.
 - ``floor_step_us()``: the transaction a noop step writes, written bare through
-  aiosqlite (a 2.2 KB step row and its two spend records, a reservation and its
-  settlement, each one row with its amounts as JSON; ``synchronous=NORMAL``),
+  aiosqlite (a 2.2 KB step row and its spend record, the step's charge, one row
+  with its amounts as JSON; ``synchronous=NORMAL``),
   against which ``bench_loop``'s steady step is held.
 - ``inline_floor_step_us()``: the same transaction through ``sqlite3`` in the
   caller's thread, with no hop to another (what the journal's inline
@@ -377,7 +377,7 @@ def bytes_per_step(kind: str) -> float:
     return (large - small) / (BYTES_STEPS - BYTES_FROM)
 
 
-# The floors' file: a noop step's row (2.2 KB) and its two spend records.
+# The floors' file: a noop step's row (2.2 KB) and its spend record (one charge).
 _FLOOR_SCHEMA = (
     "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
     "CREATE TABLE steps (id INTEGER PRIMARY KEY, body TEXT);"
@@ -387,9 +387,8 @@ _FLOOR_STEP = ("INSERT INTO steps (body) VALUES (?)", ("x" * 2_200,))
 _FLOOR_SPEND = (
     "INSERT INTO spend (kind, amounts) VALUES (?, ?)",
     [
-        ("reserve", json.dumps({"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0})),
         (
-            "settle",
+            "charge",
             json.dumps(
                 {"steps": 1.0, "tool_calls": 1.0, "tool_calls:noop": 1.0, "wall_seconds": 0.1}
             ),

@@ -195,9 +195,9 @@ async def test_a_charged_reservation_is_granted_and_settled_in_one_round_trip() 
         assert reply.remaining == {"steps": 8.0, "wall_seconds": 599.0}
         assert ledger.reserved == {}
         assert ledger.spent == {"steps": 1.0, "tool_calls": 1.0, "wall_seconds": 1.0}
+        # One record: held and spent at once, what was spent with the time since.
         assert books.journal.calls == [
-            ({"steps": 1.0, "tool_calls": 1.0}, "reserve"),
-            ({"steps": 1.0, "tool_calls": 1.0, "wall_seconds": 1.0}, "settle"),
+            ({"steps": 1.0, "tool_calls": 1.0, "wall_seconds": 1.0}, "charge"),
         ]
         # A charge that does not fit is denied, and nothing is spent.
         ledger.spent["steps"] = 9.0

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from proctor._digest import canonical_json, digest
 from proctor.runtime._progress import normalize as _normalize
+from proctor.runtime._progress.judge import Judge, TaskFacts, action_key, normalized_action
 from proctor.runtime._progress.normalize import (
     collapse_whitespace,
     failure_signature,
@@ -32,6 +33,9 @@ from proctor.runtime._progress.normalize import (
     response_fingerprint,
     strip_volatile,
 )
+from proctor.runtime._progress.policy import Policy
+from proctor.runtime._records import ToolCall
+from proctor.runtime._tools.spec import ToolSpec
 
 
 def test_all_names_exist_and_are_documented() -> None:
@@ -722,3 +726,40 @@ def test_a_long_command_normalizes_like_a_short_one() -> None:
     assert normalize_command('echo "' + 'a\\"' * 100_000 + '"') == "echo " + shlex.quote(
         'a"' * 100_000
     )
+
+
+_NAMES = st.sampled_from(["run_command", "read_file", "write_file", "mine", "cmd", "path"])
+_ARG = st.one_of(
+    st.text(max_size=8),
+    st.integers(),
+    st.booleans(),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+@given(
+    tool=_NAMES,
+    args=st.dictionaries(st.sampled_from(["cmd", "path", "x", "y"]), _ARG, max_size=4),
+    declared=st.none()
+    | st.builds(
+        lambda paths, identity: (paths, identity),
+        st.lists(st.sampled_from(["path", "x"]), max_size=2, unique=True).map(tuple),
+        st.none() | st.lists(st.sampled_from(["cmd", "x", "y"]), max_size=2).map(tuple),
+    ),
+    again=st.booleans(),
+)
+def test_the_judge_s_recorded_action_is_the_built_in_normalized_action(
+    tool: str, args: dict[str, Any], declared: tuple[Any, Any] | None, again: bool
+) -> None:
+    # A task's own declaration normalizes the judge's key; a trace record holds the
+    # action as the built-in declarations have it, whatever the task declared, and
+    # asking for the judge's key first (its cache) changes neither.
+    tools = (
+        {} if declared is None else {tool: ToolSpec(tool, paths=declared[0], identity=declared[1])}
+    )
+    judge = Judge(TaskFacts(tools=tools), Policy(), "d0")
+    call = ToolCall(tool, args)
+    if again:
+        assert judge.action(call) == action_key(call, tools)
+    assert judge.recorded_action(call) == normalized_action(call)
+    assert judge.action(call) == action_key(call, tools)

@@ -542,11 +542,12 @@ class _Accountant:
             log.info("budget.refused", limit=outcome.limit, value=outcome.value)
             await channels.send(self.replies, Denied(request.ref, outcome))
             return
-        await self.record(request.amounts, "reserve", _note(request.lease))
         if request.charge:
             # As the Settle that would follow: what is left after it, for the actor.
-            remaining = await self._charge(outcome, request.amounts, request.lease)
+            # Journaled as one record, a charge: held and spent at once.
+            remaining = await self._charge(outcome, request.amounts, request.lease, "charge")
         else:
+            await self.record(request.amounts, "reserve", _note(request.lease))
             remaining = target.remaining(request.controller)
         await channels.send(self.replies, Granted(request.ref, outcome, remaining))
 
@@ -555,9 +556,16 @@ class _Accountant:
         await channels.send(self.replies, Settled(request.ref, remaining))
 
     async def _charge(
-        self, reservation: int | None, actual_spend: Mapping[str, float], lease: int | None
+        self,
+        reservation: int | None,
+        actual_spend: Mapping[str, float],
+        lease: int | None,
+        kind: str = "settle",
     ) -> dict[str, float]:
-        """Settle a reservation with what was spent and the time that passed; journal it."""
+        """
+        Settle a reservation with what was spent and the time that passed; journal
+        it as a record of ``kind``.
+        """
         elapsed = self.time.charge()
         try:
             target = self.ledger.for_lease(lease)
@@ -581,7 +589,7 @@ class _Accountant:
             self.ledger.settle(None, elapsed)
             for key, value in elapsed.items():
                 actual[key] = actual.get(key, 0.0) + value
-        await self.record(actual, "settle", _note(lease))
+        await self.record(actual, kind, _note(lease))
         self.reschedule()
         return target.remaining()
 

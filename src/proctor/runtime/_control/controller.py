@@ -72,7 +72,7 @@ from proctor.runtime._effects.ledger import (
 )
 from proctor.runtime._journal import JournalLike
 from proctor.runtime._outcome import Handoff
-from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, Verdict, normalized_action
+from proctor.runtime._progress.judge import Act, Judge, Refused, Ruling, Verdict
 from proctor.runtime._progress.normalize import fingerprint, prepare
 from proctor.runtime._records import (
     Claim,
@@ -667,7 +667,7 @@ class Controller(Endings, OperatorNotes, OwnCalls):
         rulings = self.judge.round(items)
         last: Ruling | None = None
         for item, result, ruling in zip(items, results, rulings, strict=True):
-            action = normalized_action(item.call)
+            action = self.judge.recorded_action(item.call)
             if isinstance(item, Act) and item.after != item.before:
                 candidate = item.after
             event = _action_event(item.call, result, round_id, candidate)

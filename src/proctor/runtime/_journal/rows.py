@@ -350,7 +350,10 @@ def _share(event: Any, action: Any, delta: Any) -> tuple[Any, list[str]]:
     ):
         return event, []
     shared: list[str] = []
-    if isinstance(action, str) and action.startswith("{"):
+    if isinstance(action, str) and _same_action(action, event):
+        event = {"type": "action", **{k: v for k, v in event.items() if k not in _EVENT_HEAD}}
+        shared.append("action")
+    elif isinstance(action, str) and action.startswith("{"):
         try:
             same = json.loads(action)
         except ValueError:
@@ -383,6 +386,25 @@ def _unshare(event: Any, action: str | None, shared: list[str], where: str) -> t
             raise JournalError(f"{where} is corrupt in the journal: it is not read as data")
         delta = {"candidate": event.get("candidate")}
     return event, delta
+
+
+def _same_action(action: str, event: dict[str, Any]) -> bool:
+    """
+    Whether ``action`` is, character for character, the event's tool and arguments
+    as :func:`~proctor._digest.canonical_json` writes an action that needed no
+    normalizing (the common case, told with one ``dumps``): the text reads back
+    to the same values, types included, so it is an exact copy.
+    """
+    try:
+        text = json.dumps(
+            {"args": event["args"], "tool": event["tool"]},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+    except (TypeError, ValueError):
+        return False
+    return text == action
 
 
 def _exact(value: Any) -> str:

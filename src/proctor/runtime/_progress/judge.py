@@ -279,6 +279,13 @@ class Judge:
     # A cache of tool declarations, for the task it was filled for: not state.
     _specs: dict[str, ToolSpec] = attrs.field(factory=dict, init=False, repr=False)
     _specs_task: TaskFacts | None = attrs.field(default=None, init=False, repr=False)
+    # Per tool, whether its declaration normalizes a call as the built-in one does.
+    _as_recorded: dict[str, bool] = attrs.field(factory=dict, init=False, repr=False)
+    # The last call's normalized action, with the call and the task it is for: a step
+    # asks for it up to four times (admission, the outcome, the round, the record).
+    _last_action: tuple[ToolCall | None, TaskFacts | None, str] = attrs.field(
+        default=(None, None, ""), init=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         self._window.seen[self.digest] = None
@@ -314,17 +321,42 @@ class Judge:
     def spec(self, tool: str) -> ToolSpec:
         """Return the declaration of ``tool``."""
         if self._specs_task is not self.task:
-            self._specs, self._specs_task = {}, self.task
+            self._specs, self._specs_task, self._as_recorded = {}, self.task, {}
         spec = self._specs.get(tool)
         if spec is None:
             tools = dict(self.task.tools) if self.task.tools else None
             spec = self._specs[tool] = spec_for(tool, tools)
         return spec
 
-    def _action(self, call: ToolCall) -> str:
-        """The call's normalized action (as :func:`action_key` has it), from the cached spec."""
+    def action(self, call: ToolCall) -> str:
+        """
+        The call's normalized action by the task's declarations (as :func:`action_key`
+        has it): the key that repetition and progress are judged by.
+        """
+        last, task, action = self._last_action
+        if call is last and task is self.task:
+            return action
         args = normalized_args(self.spec(call.tool), call.args)
-        return canonical_json({"tool": call.tool, "args": args})
+        action = canonical_json({"tool": call.tool, "args": args})
+        self._last_action = (call, self.task, action)
+        return action
+
+    def recorded_action(self, call: ToolCall) -> str:
+        """
+        The call's action as its trace record holds it: normalized by the built-in
+        declarations (:func:`normalized_action`), which a replay without the task's
+        own tools has too.
+        """
+        spec = self.spec(call.tool)
+        same = self._as_recorded.get(call.tool)
+        if same is None:
+            # normalized_args reads a declaration's name, identity and paths only.
+            builtin = spec_for(call.tool)
+            same = self._as_recorded[call.tool] = (spec.identity, spec.paths) == (
+                builtin.identity,
+                builtin.paths,
+            )
+        return self.action(call) if same else normalized_action(call)
 
     def protected_path(self, call: ToolCall) -> str | None:
         """Return the protected path an effectful call would write, if any."""
@@ -370,7 +402,7 @@ class Judge:
             self.policy.refuse_repeats
             and threshold >= 2
             and w.stall + 1 >= threshold - 1
-            and (action := self._action(call)) in w.idle
+            and (action := self.action(call)) in w.idle
             and w.outcomes.get(hash64(action), 0) != 0
             and not (call.poll and self._poll_allowed(call))
         ):
@@ -381,7 +413,7 @@ class Judge:
         return None
 
     def _poll_allowed(self, call: ToolCall) -> bool:
-        entry = self._window.polls.get(hash64(self._action(call)))
+        entry = self._window.polls.get(hash64(self.action(call)))
         return entry is None or entry[1] < self.policy.poll_limit
 
     # -- steps --------------------------------------------------------------
@@ -460,7 +492,7 @@ class Judge:
             if isinstance(item, Refused):
                 results.append((False, item.reason, {}, None, "refuse"))
                 if item.reason.startswith(_REPEAT):
-                    action = self._action(item.call)
+                    action = self.action(item.call)
                     known = kept[action] = w.idle.get(action)
                     if known is not None:
                         # Its outcome is known: it failed the same way every time it ran.
@@ -468,7 +500,7 @@ class Judge:
             else:
                 failed: list[str] = []
                 results.append((*self._act(item, failures_hit, failed), "act"))
-                ran[self._action(item.call)] = failed[0] if failed else None
+                ran[self.action(item.call)] = failed[0] if failed else None
             self._tool_streak(item.call.tool, results[-1][0])
         values = [r[0] for r in results]
         progress: bool | None
@@ -517,7 +549,7 @@ class Judge:
         self.actions += 1
         call, result = act.call, act.result
         spec = self.spec(call.tool)
-        key = self._action(call)
+        key = self.action(call)
         khash = hash64(key)
         fp = fingerprint(result.output)
         delta: dict[str, Any] = {}
