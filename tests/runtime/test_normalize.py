@@ -763,3 +763,16 @@ def test_the_judge_s_recorded_action_is_the_built_in_normalized_action(
         assert judge.action(call) == action_key(call, tools)
     assert judge.recorded_action(call) == normalized_action(call)
     assert judge.action(call) == action_key(call, tools)
+
+
+def test_a_call_proposed_again_with_other_arguments_is_judged_by_them() -> None:
+    # The judge keeps a call's action within a step; admission starts the next.
+    judge = Judge(TaskFacts(), Policy(), "d0")
+    call = ToolCall("run_command", {"cmd": "make  test"})
+    assert judge.admit(call) is None
+    assert judge.action(call) == action_key(call)
+    call.args["cmd"] = "rm -rf build"
+    assert judge.admit(call) is None
+    assert judge.action(call) == action_key(call)
+    assert judge.recorded_action(call) == normalized_action(call)
+    assert "rm -rf build" in judge.recorded_action(call)

@@ -388,6 +388,10 @@ class Judge:
         call is refused. Reads after the end are refused too: nothing the actor
         learns can change a terminal disposition.
         """
+        # A call is admitted once a step, before anything asks for its action: the
+        # action kept is forgotten here, so it holds within one step (an actor may
+        # propose the same ToolCall again, its arguments changed).
+        self._last_action = (None, None, "")
         if self.disposition is not None:
             return f"fence: the run has ended ({self.disposition.value}); no call may run"
         path = self.protected_path(call)
