@@ -203,7 +203,7 @@ def feed(judge: Judge, event: tuple[Any, ...]) -> Outcome:
 
 
 # Caches derived from the task facts: not state, not in a snapshot.
-CACHES = {"_specs", "_specs_task"}
+CACHES = {"_declared"}
 
 
 def _plain(value: Any) -> Any:

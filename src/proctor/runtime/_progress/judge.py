@@ -29,10 +29,7 @@ import cattrs
 
 from proctor._digest import canonical_json, digest
 from proctor._errors import SnapshotRefused
-from proctor._wire import (
-    converter,
-    to_jsonable,
-)
+from proctor._wire import converter, to_jsonable
 from proctor.runtime._progress.codec import (
     as_bool,
     as_int,
@@ -46,6 +43,7 @@ from proctor.runtime._progress.codec import (
     unpack64,
 )
 from proctor.runtime._progress.normalize import (
+    Declarations,
     action_key,
     failure_signature,
     fingerprint,
@@ -53,7 +51,6 @@ from proctor.runtime._progress.normalize import (
     normalize_output,
     normalize_path,
     normalized_action,
-    normalized_args,
     response_fingerprint,
 )
 from proctor.runtime._progress.policy import Policy
@@ -69,7 +66,7 @@ from proctor.runtime._records import (
     ToolResult,
     ToolStatus,
 )
-from proctor.runtime._tools.spec import ToolSpec, spec_for
+from proctor.runtime._tools.spec import ToolSpec
 from proctor.verifiers._candidate import matches
 
 __all__ = (
@@ -276,16 +273,8 @@ class Judge:
     policy_version: str = attrs.field(init=False)
     _rescue_text: str = attrs.field(default="", init=False)
     _window: _Window = attrs.field(factory=_Window, init=False)
-    # A cache of tool declarations, for the task it was filled for: not state.
-    _specs: dict[str, ToolSpec] = attrs.field(factory=dict, init=False, repr=False)
-    _specs_task: TaskFacts | None = attrs.field(default=None, init=False, repr=False)
-    # Per tool, whether its declaration normalizes a call as the built-in one does.
-    _as_recorded: dict[str, bool] = attrs.field(factory=dict, init=False, repr=False)
-    # The last call's normalized action, with the call and the task it is for: a step
-    # asks for it up to four times (admission, the outcome, the round, the record).
-    _last_action: tuple[ToolCall | None, TaskFacts | None, str] = attrs.field(
-        default=(None, None, ""), init=False, repr=False
-    )
+    # What the judge derives from the task's declarations and the call at hand: not state.
+    _declared: Declarations = attrs.field(factory=Declarations, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._window.seen[self.digest] = None
@@ -320,26 +309,14 @@ class Judge:
 
     def spec(self, tool: str) -> ToolSpec:
         """Return the declaration of ``tool``."""
-        if self._specs_task is not self.task:
-            self._specs, self._specs_task, self._as_recorded = {}, self.task, {}
-        spec = self._specs.get(tool)
-        if spec is None:
-            tools = dict(self.task.tools) if self.task.tools else None
-            spec = self._specs[tool] = spec_for(tool, tools)
-        return spec
+        return self._declared.spec(self.task.tools, tool)
 
     def action(self, call: ToolCall) -> str:
         """
         The call's normalized action by the task's declarations (as :func:`action_key`
         has it): the key that repetition and progress are judged by.
         """
-        last, task, action = self._last_action
-        if call is last and task is self.task:
-            return action
-        args = normalized_args(self.spec(call.tool), call.args)
-        action = canonical_json({"tool": call.tool, "args": args})
-        self._last_action = (call, self.task, action)
-        return action
+        return self._declared.action(self.task.tools, call)
 
     def recorded_action(self, call: ToolCall) -> str:
         """
@@ -347,16 +324,7 @@ class Judge:
         declarations (:func:`normalized_action`), which a replay without the task's
         own tools has too.
         """
-        spec = self.spec(call.tool)
-        same = self._as_recorded.get(call.tool)
-        if same is None:
-            # normalized_args reads a declaration's name, identity and paths only.
-            builtin = spec_for(call.tool)
-            same = self._as_recorded[call.tool] = (spec.identity, spec.paths) == (
-                builtin.identity,
-                builtin.paths,
-            )
-        return self.action(call) if same else normalized_action(call)
+        return self._declared.recorded_action(self.task.tools, call)
 
     def protected_path(self, call: ToolCall) -> str | None:
         """Return the protected path an effectful call would write, if any."""
@@ -391,7 +359,7 @@ class Judge:
         # A call is admitted once a step, before anything asks for its action: the
         # action kept is forgotten here, so it holds within one step (an actor may
         # propose the same ToolCall again, its arguments changed).
-        self._last_action = (None, None, "")
+        self._declared.forget_call()
         if self.disposition is not None:
             return f"fence: the run has ended ({self.disposition.value}); no call may run"
         path = self.protected_path(call)

@@ -26,11 +26,14 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from proctor._digest import canonical_json, digest
 from proctor.runtime._records import ToolCall, ToolResult, ToolStatus
 from proctor.runtime._tools.spec import ToolSpec, spec_for
 
 __all__ = (
+    "Declarations",
     "action_key",
     "collapse_whitespace",
     "failure_signature",
@@ -583,3 +586,56 @@ def normalized_action(call: ToolCall, tools: Mapping[str, ToolSpec] | None = Non
 def action_key(call: ToolCall, tools: Mapping[str, ToolSpec] | None = None) -> str:
     """Return the identity of a call for repetition checks (its normalized action)."""
     return normalized_action(call, tools)
+
+
+@attrs.define(eq=False)
+class Declarations:
+    """
+    A task's tool declarations, each looked up once, and the normalized action of the
+    call at hand: what a judge derives from its task and the current call, not state.
+    Asked with another ``tools`` mapping (the task amended), it starts afresh.
+    """
+
+    _tools: Mapping[str, ToolSpec] | None = None
+    _specs: dict[str, ToolSpec] = attrs.field(factory=dict)
+    # Per tool, whether its declaration normalizes a call as the built-in one does.
+    _as_recorded: dict[str, bool] = attrs.field(factory=dict)
+    # The call at hand and its normalized action: a step asks for it up to four times
+    # (admission, the outcome, the round, the record).
+    _call: ToolCall | None = None
+    _action: str = ""
+
+    def spec(self, tools: Mapping[str, ToolSpec], tool: str) -> ToolSpec:
+        """The declaration of ``tool``: ``tools``' own, else the built-in one."""
+        if tools is not self._tools:
+            self._tools, self._specs, self._as_recorded, self._call = tools, {}, {}, None
+        spec = self._specs.get(tool)
+        if spec is None:
+            spec = self._specs[tool] = spec_for(tool, dict(tools) if tools else None)
+        return spec
+
+    def action(self, tools: Mapping[str, ToolSpec], call: ToolCall) -> str:
+        """:func:`normalized_action` of ``call`` by ``tools``, computed once per call."""
+        spec = self.spec(tools, call.tool)
+        if call is not self._call:
+            args = normalized_args(spec, call.args)
+            self._call, self._action = call, canonical_json({"tool": call.tool, "args": args})
+        return self._action
+
+    def recorded_action(self, tools: Mapping[str, ToolSpec], call: ToolCall) -> str:
+        """
+        :func:`normalized_action` of ``call`` by the built-in declarations, the one by
+        ``tools`` reused where the tool's declaration normalizes as the built-in does.
+        """
+        spec = self.spec(tools, call.tool)
+        same = self._as_recorded.get(call.tool)
+        if same is None:
+            # normalized_args reads a declaration's name, identity and paths only.
+            builtin = spec_for(call.tool)
+            same = (spec.identity, spec.paths) == (builtin.identity, builtin.paths)
+            self._as_recorded[call.tool] = same
+        return self.action(tools, call) if same else normalized_action(call)
+
+    def forget_call(self) -> None:
+        """Forget the call at hand (a new step begins)."""
+        self._call = None
