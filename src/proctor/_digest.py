@@ -15,7 +15,7 @@ import math
 import unicodedata
 from typing import Any
 
-__all__ = ("canonical_json", "digest")
+__all__ = ("canonical_json", "compact_json", "digest")
 
 
 def _canonical(value: Any) -> Any:
@@ -71,13 +71,33 @@ def canonical_json(value: Any) -> str:
             two keys of one dict are equal after NFC normalization.
         TypeError: a value has another type.
     """
-    return json.dumps(
-        _canonical(value),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
+    return _CANONICAL.encode(_canonical(value))
+
+
+# Encoders made once: json.dumps makes one for each call it is given options in,
+# which is half the cost of a small value's text.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_COMPACT = {
+    (ascii, sort_keys): json.JSONEncoder(
+        sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=ascii
     )
+    for ascii in (False, True)
+    for sort_keys in (False, True)
+}
+
+
+def compact_json(value: Any, *, ascii: bool = False, sort_keys: bool = False) -> str:
+    """
+    ``json.dumps(value, separators=(",", ":"))`` with ``ensure_ascii=ascii`` and
+    ``sort_keys``: the same text, at about half the cost for a small value.
+
+    Raises:
+        TypeError: ``value`` is not JSON data.
+        ValueError: ``value`` holds itself.
+    """
+    return _COMPACT[ascii, sort_keys].encode(value)
 
 
 def digest(data: str | bytes) -> str:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import math
 import os
 import random
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proctor._digest import canonical_json, digest
+from proctor._digest import canonical_json, compact_json, digest
 from proctor.runtime._progress import normalize as _normalize
 from proctor.runtime._progress.judge import Judge, TaskFacts, action_key, normalized_action
 from proctor.runtime._progress.normalize import (
@@ -107,6 +109,50 @@ def test_canonical_json_normalizes_strings_to_nfc() -> None:
 
 def test_canonical_json_writes_tuples_as_lists() -> None:
     assert canonical_json({"t": (1, ("a", 2.0))}) == canonical_json({"t": [1, ["a", 2]]})
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(st.characters(codec=None)),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(value=_json_values, ascii=st.booleans(), sort_keys=st.booleans())
+def test_compact_json_is_json_dumps_with_its_options(
+    value: Any, ascii: bool, sort_keys: bool
+) -> None:
+    # The encoders made once write what json.dumps writes, lone surrogates,
+    # NaN and key order included.
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=ascii, sort_keys=sort_keys)
+    assert compact_json(value, ascii=ascii, sort_keys=sort_keys) == expected
+
+
+@given(value=_json_values)
+def test_canonical_json_is_the_canonical_form_through_json_dumps(value: Any) -> None:
+    try:
+        text = canonical_json(value)
+    except ValueError:
+        return  # a NaN or an infinity, or keys that collide after NFC
+    plain = _normalize_for_canonical(value)
+    assert text == json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _normalize_for_canonical(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, list):
+        return [_normalize_for_canonical(v) for v in value]
+    if isinstance(value, dict):
+        nfc = unicodedata.normalize
+        return {nfc("NFC", k): _normalize_for_canonical(v) for k, v in value.items()}
+    return value
 
 
 _json_values = st.recursive(

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from proctor.runtime._tools import sandbox as sb
+from proctor.verifiers import _checks
 from proctor.verifiers import _harness as h
 from proctor.verifiers._candidate import matches
 from proctor.verifiers._checks import CommandCheck
@@ -250,3 +252,24 @@ def test_judge_none_ran() -> None:
     assert not h.judge_against_baseline({}, {})[0]
     assert not h.judge_against_baseline({}, {"t::x": "skipped"})[0]
     assert "no tests ran" in h.judge_against_baseline({}, {})[1]
+
+
+async def test_a_check_that_fails_before_its_command_starts_leaves_no_results_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The per-test results directory holds the key the plugin signs with: it is
+    # removed whatever ends the check, a launch that fails on the host included.
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("no cgroup could be made")
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(_checks, "launch", refuse)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    spec = sb.SandboxSpec(writable=ws, ro_binds=sb.python_binds(PY))
+    check = CommandCheck("tests", [PY, "-m", "pytest", "-q"])
+    with pytest.raises(OSError, match="no cgroup"):
+        await check.run_check(ws, "d", "v", CheckContext(sandbox=spec))
+    assert list(temp.iterdir()) == []

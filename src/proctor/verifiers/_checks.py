@@ -245,32 +245,37 @@ class CommandCheck:
                 notes.append(f"a stale JUnit report {self.junit} could not be removed: {exc}")
         results = ResultsChannel.open() if self.runs_pytest else None
         launched: Launch | None = None
-        spawn: list[str] = list(argv)
-        cwd = snapshot
-        if sandbox is not None:
-            spec = attrs.evolve(
-                sandbox,
-                writable=snapshot,
-                mount_at=sandbox.inside,
-                extra_writable=(*sandbox.extra_writable, *([results.directory] if results else [])),
-            )
-            if results is not None:
-                extra = results.env(sandbox_env(spec, os.environ))
-                spec = attrs.evolve(spec, env=(*spec.env, *extra.items()))
-            env = sandbox_env(spec, os.environ)
-            try:
-                launched = launch(argv, spec)
-            except SandboxUnavailableError as exc:
-                notes.append(f"the sandbox cannot be used: {exc}")
-                findings.append("not_started")
-            else:
-                spawn, cwd = launched.argv, launched.cwd
-        else:
-            env = {**os.environ, **(results.env(os.environ) if results else {})}
-        env_digest = hashlib.blake2b(
-            "\n".join(f"{k}={v}" for k, v in sorted(env.items())).encode(), digest_size=16
-        ).hexdigest()
+        # Everything after the results directory is made is inside the try: it is
+        # removed (the key with it) whatever goes wrong.
         try:
+            spawn: list[str] = list(argv)
+            cwd = snapshot
+            if sandbox is not None:
+                spec = attrs.evolve(
+                    sandbox,
+                    writable=snapshot,
+                    mount_at=sandbox.inside,
+                    extra_writable=(
+                        *sandbox.extra_writable,
+                        *([results.directory] if results else []),
+                    ),
+                )
+                if results is not None:
+                    extra = results.env(sandbox_env(spec, os.environ))
+                    spec = attrs.evolve(spec, env=(*spec.env, *extra.items()))
+                env = sandbox_env(spec, os.environ)
+                try:
+                    launched = launch(argv, spec)
+                except SandboxUnavailableError as exc:
+                    notes.append(f"the sandbox cannot be used: {exc}")
+                    findings.append("not_started")
+                else:
+                    spawn, cwd = launched.argv, launched.cwd
+            else:
+                env = {**os.environ, **(results.env(os.environ) if results else {})}
+            env_digest = hashlib.blake2b(
+                "\n".join(f"{k}={v}" for k, v in sorted(env.items())).encode(), digest_size=16
+            ).hexdigest()
             if "not_started" not in findings:
                 await self._run_process(
                     spawn,

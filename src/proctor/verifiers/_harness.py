@@ -27,7 +27,7 @@ import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from proctor._errors import ConfigError
 from proctor._fs import read_inside, remove_tree
@@ -241,7 +241,21 @@ class JUnitError(ValueError):
 
 
 _MAX_XML_BYTES = 64 * 1024 * 1024
-_RANK: dict[Outcome, int] = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+_RANK: Final[dict[str, int]] = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+_O = TypeVar("_O", bound=str)
+
+
+def keep_worst(outcomes: dict[str, _O], test: str, outcome: _O) -> None:
+    """
+    Record ``outcome`` for ``test`` unless it already has a worse one: a test
+    reported more than once (a failing teardown after a passing call, a test
+    parametrized into one id) is as bad as its worst report.
+    """
+    previous = outcomes.get(test)
+    if previous is None or _RANK[outcome] > _RANK[previous]:
+        outcomes[test] = outcome
 
 
 def _module_of(file: str) -> str:
@@ -330,9 +344,7 @@ def parse_junit(
                 outcome = "skipped"
             else:
                 outcome = "passed"
-            prev = out.get(tid)
-            if prev is None or _RANK[outcome] > _RANK[prev]:
-                out[tid] = outcome
+            keep_worst(out, tid, outcome)
     return out
 
 

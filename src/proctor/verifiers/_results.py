@@ -30,6 +30,7 @@ import attrs
 
 from proctor._fs import read_inside, remove_tree
 from proctor.verifiers import _results_plugin as plugin
+from proctor.verifiers._harness import keep_worst
 
 __all__ = ("PLUGIN_MODULE", "ResultsChannel", "ResultsError")
 
@@ -37,7 +38,6 @@ PLUGIN_MODULE: Final = plugin.PLUGIN_NAME
 """The module name the plugin is loaded under; a workspace file of that name is harness."""
 
 _MAX_BYTES: Final = 256 * 1024 * 1024
-_RANK: Final[dict[str, int]] = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 _OUTCOMES: Final = frozenset(("passed", "failed", "skipped", "error"))
 _WHENS: Final = frozenset(("collect", "setup", "call", "teardown"))
 
@@ -182,9 +182,7 @@ def _parse(data: bytes, key: bytes) -> dict[str, str]:
                 raise ResultsError("forged", f"{where} is not a test report: {frame!r}")
             if outcome == "failed" and when != "call":
                 outcome = "error"
-            previous = tests.get(node)
-            if previous is None or _RANK[outcome] > _RANK[previous]:
-                tests[node] = outcome
+            keep_worst(tests, node, outcome)
         elif kind == "tampered":
             tampered.append(str(frame.get("what")))
         elif kind == "end":

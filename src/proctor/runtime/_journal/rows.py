@@ -16,6 +16,7 @@ from collections.abc import (
 )
 from typing import Any
 
+from proctor._digest import compact_json
 from proctor._errors import (
     ConfigError,
     FencedError,
@@ -175,8 +176,8 @@ def dump(value: Any) -> str:
     JSON for a text column. Text that is not valid Unicode (a lone surrogate, which
     JSON from an agent may carry) is kept exactly, as an escape.
     """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text if _valid(text) else json.dumps(value, separators=(",", ":"))
+    text = compact_json(value)
+    return text if _valid(text) else compact_json(value, ascii=True)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -234,7 +235,7 @@ def _step_checksum(values: Sequence[Any]) -> str:
     """A digest of a step row's columns as stored, in column order."""
     # Numbers as floats: a column may hand back 1.0 for the 1 it was given.
     plain = [v if v is None or isinstance(v, str) else repr(float(v)) for v in values]
-    text = json.dumps(plain, ensure_ascii=True, separators=(",", ":"))
+    text = compact_json(plain, ascii=True)
     return hashlib.blake2b(text.encode("ascii"), digest_size=16).hexdigest()
 
 
@@ -396,12 +397,7 @@ def _same_action(action: str, event: dict[str, Any]) -> bool:
     to the same values, types included, so it is an exact copy.
     """
     try:
-        text = json.dumps(
-            {"args": event["args"], "tool": event["tool"]},
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
+        text = compact_json({"args": event["args"], "tool": event["tool"]}, sort_keys=True)
     except (TypeError, ValueError):
         return False
     return text == action
@@ -409,7 +405,7 @@ def _same_action(action: str, event: dict[str, Any]) -> bool:
 
 def _exact(value: Any) -> str:
     """JSON that tells apart what ``==`` does not (``True`` and ``1``, ``1`` and ``1.0``)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return compact_json(value, ascii=True, sort_keys=True)
 
 
 # The keys an action's event starts with, as ``event_to_json`` writes them.

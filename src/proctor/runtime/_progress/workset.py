@@ -18,14 +18,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
-from proctor._digest import canonical_json, digest
+from proctor._digest import canonical_json, compact_json, digest
 
 __all__ = ("WorkSet", "naive_fingerprint")
 
@@ -40,9 +39,7 @@ def _item_hash(parts: tuple[str, ...]) -> int:
             )
     # The same text as canonical_json(list(parts)), without its generic walk.
     nfc = [unicodedata.normalize("NFC", part) for part in parts]
-    raw = json.dumps(nfc, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
-    )
+    raw = compact_json(nfc).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(raw, digest_size=16).digest(), "big")
 
 
