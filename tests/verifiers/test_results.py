@@ -264,10 +264,12 @@ def test_results_rewritten_at_exit_are_refused(run: Run, rewrite: str) -> None:
 def test_a_report_forged_in_full_is_refused(run: Run) -> None:
     # A whole new file in the plugin's own format, signed with a key of its choosing.
     pricing = """
-    import atexit, glob, hashlib, hmac, os
+    import atexit, hashlib, hmac, os, sys
 
     def _forge():
-        for d in glob.glob('/tmp/pytest-report-*'):
+        # Its own check's directory: where the plugin was loaded from.
+        plugin = sys.modules["proctor_results"].__file__
+        for d in [os.path.dirname(os.path.dirname(plugin))]:
             mac = hmac.new(b"k" * 32, digestmod=hashlib.sha256)
             out = []
             for i, body in enumerate(['{"t":"start"}',

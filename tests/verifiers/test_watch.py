@@ -119,6 +119,9 @@ class WatchedTree(RuleBasedStateMachine):
     def agrees_with_a_fresh_walk(self) -> None:
         fresh = TreeHasher(self.root, racy_window=0)
         expected = fresh.digest()
+        # Asked first: digest() drains what the kernel reported.
+        known = self.hasher.unchanged()
+        assert known is None or known == expected
         assert self.hasher.digest() == expected
         assert self.hasher.files() == fresh.files()
 
@@ -146,6 +149,34 @@ def test_a_digest_after_nothing_changed_reads_nothing(tmp_path: Path) -> None:
         assert changed != first
         assert changed == tree_digest(tmp_path)
         assert hasher.statistics().hashed == 1
+    finally:
+        hasher.close()
+
+
+def test_the_last_digest_stands_only_while_the_kernel_reports_nothing(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("one")
+    assert TreeHasher(tmp_path, racy_window=0).unchanged() is None  # not watched
+    hasher = TreeHasher(tmp_path, watch=True, racy_window=0)
+    try:
+        assert hasher.unchanged() is None  # nothing computed yet
+        first = hasher.digest()
+        assert hasher.unchanged() == first
+        (tmp_path / "d" / "f").write_text("two")
+        assert hasher.unchanged() is None  # reported, not yet read
+        second = hasher.digest()
+        assert second != first
+        assert hasher.unchanged() == second == tree_digest(tmp_path)
+        hasher.invalidate("d/f")
+        assert hasher.unchanged() is None  # to be read again
+        assert hasher.digest() == second
+        assert hasher.unchanged() == second
+        # Rewritten in place, its stat as it was: the kernel's report tells it.
+        stat = (tmp_path / "d" / "f").stat()
+        (tmp_path / "d" / "f").write_text("owt")
+        os.utime(tmp_path / "d" / "f", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert hasher.unchanged() is None
+        assert hasher.digest() == tree_digest(tmp_path) != second
     finally:
         hasher.close()
 

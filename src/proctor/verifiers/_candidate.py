@@ -505,6 +505,19 @@ class TreeHasher:
                 return self._update(changed, matcher)
         return self._walk_all(matcher)
 
+    def unchanged(self) -> str | None:
+        """
+        The last digest, when the kernel reports nothing changed since it and no
+        file waits to be read again (the racy window, :meth:`invalidate`); else
+        None: :meth:`digest` tells. One ``ioctl``, no walk and no read: cheap enough
+        for the event loop, where :meth:`digest` belongs in a worker thread.
+        """
+        watcher = self._watcher
+        if self._digest is None or watcher is None or self._pending or not watcher.quiet():
+            return None
+        self._statistics = TreeStatistics(self._count, 0, 0)
+        return self._digest
+
     def _window_ns(self) -> int:
         if self._window is None:
             window = self.racy_window

@@ -21,12 +21,15 @@ libc), :func:`open_watcher` returns None and callers rescan every time.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
 import struct
 import sys
+import termios
 from typing import Final
 
 import attrs
@@ -119,6 +122,17 @@ class TreeWatcher:
         self._fd = _init(self._libc)
         self._paths.clear()
         self._lost = False
+
+    def quiet(self) -> bool:
+        """
+        Whether the kernel has reported nothing since the last :meth:`drain` and
+        nothing was lost: what the queue holds, asked for without reading it.
+        """
+        if self._lost:
+            return False
+        pending = array.array("i", [0])
+        fcntl.ioctl(self._fd, termios.FIONREAD, pending, True)
+        return pending[0] == 0
 
     def drain(self) -> dict[str, bool] | None:
         """

@@ -369,6 +369,10 @@ class Controller(Endings, OperatorNotes, OwnCalls):
         A digest that evidence is bound to, or that the end of a run is judged
         by, is always walked: the kernel cannot report every kind of write.
         """
+        # Nothing reported and nothing to read again: no thread for it.
+        known = None if full else self.hasher.unchanged()
+        if known is not None:
+            return known
         return await anyio.to_thread.run_sync(functools.partial(self.hasher.digest, full=full))
 
     # -- journal ------------------------------------------------------------------
