@@ -1,7 +1,8 @@
 """
 The SQLite journal's inline connection: ordinary commits made in the event
 loop's thread when the file's write lock is free, the writer thread otherwise;
-durable commits never inline; the WAL still checkpointed.
+durable commits never inline; no inline commit starts the WAL over; the WAL
+still checkpointed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.runtime.test_journal import TASK, dispatch, new_run, step
 
 from proctor.runtime._journal import Journal, sqlite_io
@@ -122,27 +125,91 @@ async def test_durable_commits_and_durable_levels_never_go_inline(
     assert attempts == []
 
 
-async def test_the_commit_after_a_use_of_the_writer_thread_goes_there_too(
+async def test_a_commit_goes_inline_unless_it_starts_the_wal_over_or_follows_the_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A writer-thread commit may checkpoint the WAL; the next commit starts the
-    # WAL over and syncs its header: that one is not made in the loop's thread.
-    attempts = count_inline(monkeypatch)
-    async with await opened(tmp_path / "j.db") as journal:
+    # The commit after a checkpoint that copied every frame back (here another
+    # connection's) starts the WAL over and syncs its header: it goes to the
+    # writer thread, as does the one after an operation there; the others inline,
+    # a durable commit's next included.
+    path = tmp_path / "j.db"
+    async with await opened(path) as journal:
         epoch = await new_run(journal, "run-a")  # the writer thread's
         await journal.append_step("run-a", epoch, step("run-a", 1))
-        assert attempts == []
+        attempts = count_inline(monkeypatch)
+        await dispatch(journal, "run-a", epoch, "k1")  # durable: the writer thread's
         await journal.append_step("run-a", epoch, step("run-a", 2))
-        assert attempts == [True]
-        assert len(await journal.steps("run-a")) == 2  # the writer thread's
-        await journal.append_step("run-a", epoch, step("run-a", 3))
+        assert attempts == [True]  # nothing was checkpointed: inline
+        other = sqlite3.connect(path)
+        try:
+            other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            other.close()
+        await journal.append_step("run-a", epoch, step("run-a", 3))  # starts it over: not inline
         assert attempts == [True]
         await journal.append_step("run-a", epoch, step("run-a", 4))
         assert attempts == [True, True]
-        await dispatch(journal, "run-a", epoch, "k1")  # durable: the writer thread's
-        for n in (5, 6):
-            await journal.append_step("run-a", epoch, step("run-a", n))
+        assert len(await journal.steps("run-a")) == 4  # the writer thread's
+        await journal.append_step("run-a", epoch, step("run-a", 5))  # behind it: there too
+        assert attempts == [True, True]
+        await journal.append_step("run-a", epoch, step("run-a", 6))
         assert attempts == [True, True, True]
+
+
+def _salt(path: Path) -> bytes:
+    """The WAL header's salt: a new one each time the WAL starts over."""
+    with open(f"{path}-wal", "rb") as wal:
+        return wal.read(24)[16:24]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(script=st.lists(st.sampled_from(["step", "dispatch", "read", "checkpoint"]), max_size=40))
+async def test_no_inline_commit_starts_the_wal_over(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, script: list[str]
+) -> None:
+    # Whatever the order of commits, reads and checkpoints (by this journal's
+    # writer thread or another connection), the commit that starts the WAL over
+    # (and syncs) is never made in the event loop's thread.
+    path = tmp_path_factory.mktemp("wal") / "j.db"
+    inline: list[tuple[bytes, bytes]] = []
+
+    def watched(*args: Any) -> tuple[bool, Any]:
+        before = _salt(path)
+        done, value = write_inline(*args)
+        if done:
+            inline.append((before, _salt(path)))
+        return done, value
+
+    monkeypatch.setattr(sqlite_io, "write_inline", watched)
+    restarts = 0
+    async with await opened(path) as journal:
+        epoch = await new_run(journal, "run-a")
+        steps = keys = 0
+        for what in script:
+            salt = _salt(path)
+            if what == "step":
+                steps += 1
+                await journal.append_step("run-a", epoch, step("run-a", steps))
+            elif what == "dispatch":
+                keys += 1
+                await dispatch(journal, "run-a", epoch, f"k{keys}")
+            elif what == "read":
+                assert len(await journal.steps("run-a")) == steps
+            else:
+                other = sqlite3.connect(path)
+                try:
+                    other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                finally:
+                    other.close()
+            restarts += _salt(path) != salt
+    assert all(before == after for before, after in inline), inline
+    if "checkpoint" in script and script.count("step") + script.count("dispatch") > 1:
+        # The control: the WAL did start over here, in the writer thread.
+        last = len(script) - 1 - script[::-1].index("checkpoint")
+        if any(w in ("step", "dispatch") for w in script[last + 1 :]):
+            assert restarts > 0
 
 
 def test_no_inline_connection_outside_wal_mode(tmp_path: Path) -> None:

@@ -208,7 +208,7 @@ class Journal:
             return
         inline, self._inline = self._inline, None
         if inline is not None:
-            inline.conn.close()
+            inline.close()
         with anyio.move_on_after(CLOSE_LIMIT, shield=True) as scope:
             async with self._lock:
                 if self._deferred or self._settles:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
@@ -106,6 +107,13 @@ def write_with_spend(
 #: 1,000 pages (the inline connection never does: a checkpoint syncs).
 INLINE_TURN = 64
 
+# The start of the WAL index (the ``-shm`` file, in the machine's byte order) as
+# SQLite's file format has it: the header's version (at 0) and mxFrame, the last
+# valid frame (at 16); the checkpoint's nBackfill, the frames copied back into
+# the database (at 96).
+_WAL_INDEX = struct.Struct("=I12xI76xI")
+_WAL_INDEX_VERSION = 3007000
+
 
 @attrs.define(eq=False)
 class Inline:
@@ -119,12 +127,20 @@ class Inline:
     holds the lock it writes nothing, and the writer thread waits instead);
     it does not checkpoint (every ``INLINE_TURN``-th commit is left to the
     writer thread, whose commits do), and is never asked for a durable commit.
-    The commit after any use of the writer thread goes there too (``follow``):
-    the first commit after a checkpoint starts the WAL over, and syncs its
-    header, even at ``NORMAL``.
+
+    The one ordinary commit that syncs is the first after a checkpoint copied
+    every frame back (the writer thread's, or another process's): it starts the
+    WAL over and syncs its header, even at ``NORMAL``. Before each commit the
+    WAL index says whether it is that one (one ``pread``); if it is, or the
+    index cannot be read, it goes to the writer thread. The commit after an
+    operation the writer thread ran goes there as well (``follow``): behind
+    what that operation sent there.
     """
 
     conn: sqlite3.Connection
+    # The WAL index, read only; None where it cannot be opened (every commit
+    # then goes to the writer thread).
+    shm: int | None = None
     writes: int = 0
     follow: bool = False
 
@@ -147,12 +163,38 @@ class Inline:
         if str(mode).lower() != "wal":
             conn.close()
             return None
-        return cls(conn)
+        try:
+            shm: int | None = os.open(f"{name}-shm", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            shm = None
+        return cls(conn, shm)
+
+    def close(self) -> None:
+        """Close the connection and the WAL index."""
+        self.conn.close()
+        if self.shm is not None:
+            os.close(self.shm)
+            self.shm = None
 
     def used_thread(self) -> None:
-        """A commit was made in the writer thread: it may have checkpointed."""
-        # The next one (which starts the WAL over) goes there too, unless this was it.
-        self.follow = not self.follow
+        """A commit was made in the writer thread: what it follows is behind it."""
+        self.follow = False
+
+    def restart_due(self) -> bool:
+        """
+        Whether the next write transaction starts the WAL over (a checkpoint copied
+        every frame back): True as well when the WAL index does not tell.
+        """
+        if self.shm is None:
+            return True
+        try:
+            data = os.pread(self.shm, _WAL_INDEX.size, 0)
+        except OSError:
+            return True
+        if len(data) < _WAL_INDEX.size:
+            return True
+        version, last, backfilled = _WAL_INDEX.unpack(data)
+        return bool(version != _WAL_INDEX_VERSION or (backfilled > 0 and backfilled >= last))
 
     def write(
         self,
@@ -162,7 +204,7 @@ class Inline:
     ) -> tuple[bool, _T | None]:
         """:func:`write_inline`, unless it is the writer thread's turn: ``(False, None)``."""
         self.writes += 1
-        if self.follow or self.writes % INLINE_TURN == 0:
+        if self.follow or self.writes % INLINE_TURN == 0 or self.restart_due():
             return False, None
         return write_inline(rows, settles, body, self.conn)
 
