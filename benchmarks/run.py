@@ -835,7 +835,7 @@ def _journal(p: Params) -> list[Figure]:
             "Bare aiosqlite transaction of a noop step's rows",
             "µs",
             tuple(floor),
-            note="a 2.2 KB step row and two spend records, synchronous=NORMAL",
+            note="a 2.2 KB step row and one spend record, synchronous=NORMAL",
         ),
         Figure(
             "journal.floor_inline",
