@@ -69,7 +69,7 @@ def test_write_inline_writes_nothing_while_another_connection_holds_the_lock(
     assert write_inline([], [], body, inline) == (True, 1)
     assert holder.execute("SELECT x FROM t").fetchall() == [(1,)]
     holder.close()
-    inline.close()
+    opened.close()
 
 
 async def test_a_step_waits_in_the_writer_thread_for_another_writer(
