@@ -42,6 +42,7 @@ __all__ = (
     "harness_patterns",
     "is_pytest",
     "judge_against_baseline",
+    "keep_worst",
     "parse_junit",
     "restore",
 )
