@@ -508,8 +508,8 @@ class TreeHasher:
     def unchanged(self) -> str | None:
         """
         The last digest, when the kernel reports nothing changed since it and no
-        file waits to be read again (the racy window, :meth:`invalidate`); else
-        None: :meth:`digest` tells. One ``ioctl``, no walk and no read: cheap enough
+        path waits to be read again (:meth:`invalidate`); else None:
+        :meth:`digest` tells. One ``ioctl``, no walk and no read: cheap enough
         for the event loop, where :meth:`digest` belongs in a worker thread.
         """
         watcher = self._watcher
