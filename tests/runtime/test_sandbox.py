@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from proctor._errors import ConfigError, SandboxUnavailableError
 from proctor.runtime._records import ToolStatus
-from proctor.runtime._tools import process
+from proctor.runtime._tools import cgroups, process
 from proctor.runtime._tools import sandbox as sb
 from proctor.runtime._tools.process import run_command
 
@@ -456,12 +456,12 @@ def test_a_dead_process_s_cgroups_do_not_take_the_process_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A process that died left proctor-sandbox-<pid>-0; this process now has that pid.
-    monkeypatch.setattr(sb, "_cg_pool", [])
-    monkeypatch.setattr(sb, "_cg_counter", itertools.count())
+    monkeypatch.setattr(cgroups, "_released", [])
+    monkeypatch.setattr(cgroups, "_counter", itertools.count())
     left = Path(f"/sys/fs/cgroup/pids/proctor-sandbox-{os.getpid()}-0")
     left.mkdir(exist_ok=True)
     try:
-        cg = sb._acquire_cgroup(7)
+        cg = cgroups.acquire(7)
         assert cg is not None
         assert cg != left
         assert (cg / "pids.max").read_text().strip() == "7"
@@ -487,7 +487,7 @@ def test_the_cgroups_of_dead_processes_are_removed(tmp_path: Path) -> None:
     holder = subprocess.Popen(["sleep", "60"])
     try:
         (busy / "cgroup.procs").write_text(str(holder.pid))
-        assert sb._sweep_dead_cgroups(parent) >= 1
+        assert cgroups.sweep_dead(parent) >= 1
         assert not dead.exists()
         assert busy.exists()  # a process still runs in it: the kernel keeps it
         assert live.exists()  # its process lives

@@ -9,6 +9,7 @@ for the command, and one made ahead); these are about the spares themselves.
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 import signal
@@ -342,6 +343,43 @@ async def test_off_the_private_homes_go(ws: Path, token: str, ahead: bool) -> No
     assert [h for h in homes if await anyio.Path(h).exists()] == []
 
 
+@pytest.mark.parametrize("ahead", [False, True], ids=["made-on-the-path", "by-its-task"])
+async def test_off_only_a_home_left_as_it_was_made_serves_the_next_command(
+    ws: Path, token: str, ahead: bool
+) -> None:
+    # Making and removing a directory costs this disk milliseconds; a home a command
+    # left empty is indistinguishable from a new one, and one it changed is not.
+    (ws / "sub").mkdir()
+    groups = ProcessGroups(prestart=True)
+    changes = {
+        ":": True,  # untouched: passed on
+        "touch $HOME/.cache": False,  # a file left in it
+        "mkdir $HOME/d && rmdir $HOME/d": True,  # emptied again
+        "chmod 755 $HOME": False,  # its mode changed
+        "rm -r $HOME && mkdir -m 700 $HOME": True,  # another empty directory at its path
+        "ln -s / $HOME/root": False,
+        "true": True,
+    }
+    homes: list[str] = []
+    async with anyio.create_task_group() as tg:
+        if ahead:
+            tg.start_soon(groups.keep_spares)
+        for change in changes:
+            shown = await sh_off(
+                f"echo $HOME; stat -c %a $HOME; ls -A $HOME; {change}", ws, groups, token
+            )
+            home, mode, *inside = shown.split("\n")
+            # Whichever home a command gets, it gets it as a new one is made.
+            assert (mode, "".join(inside).strip()) == ("700", ""), f"{change!r}: {shown!r}"
+            homes.append(home)
+        tg.cancel_scope.cancel()
+    await groups.terminate_all()
+    if not ahead:  # the next spare is made as the command ends, from what it left
+        passed = [after == home for home, after in itertools.pairwise(homes)]
+        assert passed == list(changes.values())[:-1], homes
+    assert [h for h in set(homes) if await anyio.Path(h).exists()] == []
+
+
 @needs_pidfd
 async def test_off_a_spare_refused_its_limits_runs_nothing(
     ws: Path, groups: ProcessGroups, token: str, monkeypatch: pytest.MonkeyPatch
@@ -373,8 +411,10 @@ async def test_a_command_waits_for_the_spare_being_made(
     made: list[int] = []
     start_spare = process._start_spare
 
-    async def counted(sandbox: sb.SandboxSpec, marker_env: Mapping[str, str] | None) -> Any:
-        spare = await start_spare(sandbox, marker_env)
+    async def counted(
+        sandbox: sb.SandboxSpec, marker_env: Mapping[str, str] | None, home: str | None = None
+    ) -> Any:
+        spare = await start_spare(sandbox, marker_env, home)
         made.append(spare.process.pid)
         return spare
 

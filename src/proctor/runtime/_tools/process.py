@@ -55,7 +55,7 @@ from proctor.runtime._tools.sandbox import (
     limit_note,
     prestart,
 )
-from proctor.runtime._tools.spawn import open_child, owns_children
+from proctor.runtime._tools.spawn import Child, open_child, owns_children
 
 __all__ = (
     "GroupEnd",
@@ -347,9 +347,23 @@ class ProcessGroups:
             used = self._used[-1]
             # Taken off the list once removed: a cancellation before the thread runs
             # leaves it to the next tidy (terminate_all's at the latest).
-            await anyio.to_thread.run_sync(used.remove_home)
+            if used.has_home:
+                await anyio.to_thread.run_sync(used.remove_home)
             with contextlib.suppress(ValueError):  # a concurrent tidy took it first
                 self._used.remove(used)
+
+    def _empty_home(self, sandbox: SandboxSpec) -> str | None:
+        """
+        A private home an ended command left as it was made, taken for the next
+        spare (mode ``off``): no directory made and removed on the disk a command.
+        """
+        if sandbox.mode != "off":
+            return None
+        for used in reversed(self._used):
+            home = used.take_empty_home()
+            if home is not None:
+                return home
+        return None
 
     def prepare(self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None = None) -> None:
         """
@@ -375,7 +389,7 @@ class ProcessGroups:
         try:
             with anyio.CancelScope(shield=True):  # a spare half made would have no owner
                 try:
-                    spare = await _start_spare(sandbox, marker_env)
+                    spare = await _start_spare(sandbox, marker_env, self._empty_home(sandbox))
                 except (OSError, ProctorError) as exc:
                     log.info("process.prestart_failed", error=str(exc))
                     return
@@ -416,7 +430,7 @@ class ProcessGroups:
                 await _discard(spare.launched, spare.process)
                 spare = None
             if spare is None:
-                spare = await _start_spare(sandbox, marker_env)
+                spare = await _start_spare(sandbox, marker_env, self._empty_home(sandbox))
             launched, process = spare.launched, spare.process
             assert process.stdin is not None
             try:
@@ -489,17 +503,23 @@ class _Spare:
 
     def usable(self, sandbox: SandboxSpec) -> bool:
         """Whether it still waits, and binds the directory that is the writable one now."""
-        if self.process.returncode is not None or not pid_alive(self.process.pid):
+        # A Child that has exited is collected by returncode (nothing else reaps it):
+        # None means it runs. Another process may be a zombie that /proc tells apart.
+        if self.process.returncode is not None or (
+            not isinstance(self.process, Child) and not pid_alive(self.process.pid)
+        ):
             return False  # ended while it waited (a sweep, a signal)
         return self.bound is not None and self.bound == _identity(sandbox.writable)
 
 
-async def _start_spare(sandbox: SandboxSpec, marker_env: Mapping[str, str] | None) -> _Spare:
+async def _start_spare(
+    sandbox: SandboxSpec, marker_env: Mapping[str, str] | None, home: str | None = None
+) -> _Spare:
     bound = _identity(sandbox.writable)  # before bubblewrap binds it
     # With the sandbox off and children reaped here alone, the spare is its waiting
     # sh, joined to its cgroup and limited from here before it is handed its line.
     outside = owns_children()
-    launched = prestart(sandbox, marker_env, outside=outside)
+    launched = prestart(sandbox, marker_env, outside=outside, home=home)
     try:
         process = await open_child(
             launched.argv,
@@ -724,7 +744,8 @@ async def run_command(
                 # process that left the group still holds it: do not wait on that.
                 with anyio.move_on_after(_DRAIN_GRACE):
                     await drained.wait()
-                tg.cancel_scope.cancel()
+                if not drained.is_set():
+                    tg.cancel_scope.cancel()
     finally:
         with anyio.move_on_after(_CLEANUP_LIMIT, shield=True):
             if how is None:

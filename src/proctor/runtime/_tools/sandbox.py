@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import atexit
 import functools
-import itertools
 import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
-import time
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -50,6 +50,7 @@ import attrs
 
 from proctor._errors import ConfigError, SandboxUnavailableError
 from proctor._fs import remove_tree
+from proctor.runtime._tools import cgroups
 
 __all__ = (
     "DEFAULT_HIDDEN",
@@ -228,10 +229,15 @@ class SandboxSpec:
     default_hidden: tuple[str, ...] = attrs.field(default=DEFAULT_HIDDEN, converter=_to_names)
     lower: Path | None = attrs.field(default=None, converter=_to_optional_path)
 
-    @property
+    @functools.cached_property
     def inside(self) -> Path:
-        """Where the writable directory is seen from inside the sandbox."""
+        """Where the writable directory is seen from inside the sandbox (resolved once)."""
         return Path(os.path.realpath(self.mount_at if self.mount_at is not None else self.writable))
+
+    @functools.cached_property
+    def host_dir(self) -> Path:
+        """The writable directory, its symbolic links resolved (once)."""
+        return Path(os.path.realpath(self.writable))
 
 
 # --------------------------------------------------------------------------- availability
@@ -533,7 +539,7 @@ def wrap(
             raise ConfigError("sandbox: an overlay (lower) needs mode auto; give a copy")
         return [*limits, *argv]
     env = sandbox_env(spec, os.environ if host_env is None else host_env)
-    writable = Path(os.path.realpath(spec.writable))
+    writable = spec.host_dir
     if not writable.is_dir():
         raise ConfigError(f"sandbox: the writable directory {writable} does not exist")
     inside = spec.inside
@@ -621,160 +627,6 @@ def _hide_args(spec: SandboxSpec, visible: list[Path], writable: Path, inside: P
     return covers
 
 
-# --------------------------------------------------------------------------- cgroups
-
-_cg_counter = itertools.count()
-_cg_swept: set[Path] = set()  # parents whose dead processes' cgroups were removed
-_cg_pool: list[Path] = []  # idle pids cgroups, reused
-_cg_busy: list[Path] = []  # released while processes were still in them
-
-
-def _cgroup_parents() -> list[Path]:
-    parents: list[Path] = [Path("/sys/fs/cgroup/pids")]  # cgroup v1
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):  # cgroup v2: usable only when delegated
-                rel = line[3:].lstrip("/")
-                parents += [Path("/sys/fs/cgroup") / rel, Path("/sys/fs/cgroup/unified") / rel]
-    except OSError:
-        pass
-    return parents
-
-
-def _cg_empty(cg: Path) -> bool:
-    try:
-        return (cg / "pids.current").read_text().strip() == "0"
-    except OSError:
-        return False
-
-
-def _cg_running(cg: Path) -> bool:
-    """Tell whether a process of the cgroup still runs (zombies run no code: they do not)."""
-    try:
-        pids = (cg / "cgroup.procs").read_text().split()
-    except OSError:
-        return False
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-def _rmdir_cgroup(cg: Path) -> bool:
-    try:
-        cg.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return False
-    return True
-
-
-def _acquire_cgroup(limit: int) -> Path | None:
-    """Return a pids cgroup with ``pids.max = limit``, or None when none can be made."""
-    for cg in list(_cg_busy):
-        if _cg_empty(cg):
-            _cg_busy.remove(cg)
-            _cg_pool.append(cg)
-    while _cg_pool:
-        cg = _cg_pool.pop()
-        try:
-            if _cg_empty(cg):
-                (cg / "pids.max").write_text(str(limit))
-                return cg
-        except OSError:
-            pass
-        if not _rmdir_cgroup(cg):
-            _cg_busy.append(cg)
-    # A random part too: a process that died leaves its cgroups behind, and a later
-    # process given the same pid would find its names taken (and no process limit).
-    name = f"proctor-sandbox-{os.getpid()}-{next(_cg_counter)}-{os.urandom(4).hex()}"
-    for parent in _cgroup_parents():
-        if not (parent / "cgroup.procs").exists():
-            continue
-        if parent not in _cg_swept:
-            _cg_swept.add(parent)
-            _sweep_dead_cgroups(parent)
-        cg = parent / name
-        try:
-            cg.mkdir()
-        except OSError:
-            continue
-        try:
-            (cg / "pids.max").write_text(str(limit))
-        except OSError:
-            _rmdir_cgroup(cg)
-            continue
-        return cg
-    return None
-
-
-def _sweep_dead_cgroups(parent: Path) -> int:
-    """
-    Remove the empty pids cgroups that processes now gone left in ``parent`` (a host
-    killed with SIGKILL runs no cleanup); return how many. A cgroup is a directory
-    the kernel keeps until someone removes it: thousands pile up otherwise.
-
-    Only a name of this module's shape whose process is gone, and only when empty
-    (the kernel refuses to remove a cgroup with a process in it).
-    """
-    removed = 0
-    try:
-        names = [entry.name for entry in os.scandir(parent) if entry.is_dir(follow_symlinks=False)]
-    except OSError:
-        return 0
-    for name in names:
-        parts = name.split("-")
-        if len(parts) < 4 or parts[:2] != ["proctor", "sandbox"] or not parts[2].isdigit():
-            continue
-        pid = int(parts[2])
-        if pid == os.getpid() or _pid_exists(pid):
-            continue  # its own pool, or a live process's (or one given that pid since)
-        if _rmdir_cgroup(parent / name):
-            removed += 1
-    return removed
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _release_cgroup(cg: Path) -> None:
-    (_cg_pool if _cg_empty(cg) else _cg_busy).append(cg)
-
-
-@atexit.register
-def _cleanup_cgroups() -> None:
-    for cg in (*_cg_pool, *_cg_busy):
-        for _ in range(20):
-            if _rmdir_cgroup(cg):
-                break
-            time.sleep(0.01)
-    _cg_pool.clear()
-    _cg_busy.clear()
-
-
-def _refused_forks(cg: Path) -> int:
-    try:
-        for line in (cg / "pids.events").read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "max":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 # --------------------------------------------------------------------------- launching
 
 
@@ -803,6 +655,8 @@ class Launch:
     _refused_before: int = 0
     _home: str | None = None
     _admitted: tuple[tuple[str, int, int, int], ...] | None = None
+    # The home is removed in a worker thread while the loop may take it for a spare.
+    _home_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     def admit(self, pid: int) -> None:
         """
@@ -819,7 +673,7 @@ class Launch:
         if self._admitted is None:
             return
         if self._cgroup is not None:
-            (self._cgroup / "cgroup.procs").write_text(str(pid))
+            cgroups.join(self._cgroup, pid)
         for _, which, soft, hard in self._admitted:
             resource.prlimit(pid, which, (soft, hard))
 
@@ -837,7 +691,7 @@ class Launch:
         # namespace's init is still ending when the launcher has gone: look again
         # soon, then less often.
         pause = 0.0005
-        while _cg_running(self._cgroup):
+        while cgroups.running(self._cgroup):
             await anyio.sleep(pause)
             pause = min(pause * 2, 0.005)
 
@@ -852,18 +706,52 @@ class Launch:
         """
         refused = False
         if self._cgroup is not None:
-            refused = _refused_forks(self._cgroup) > self._refused_before
-            _release_cgroup(self._cgroup)
+            refused = cgroups.refused_forks(self._cgroup) > self._refused_before
+            cgroups.release(self._cgroup)
             self._cgroup = None
         if not keep_home:
             self.remove_home()
         return refused
 
+    @property
+    def has_home(self) -> bool:
+        """Whether a private home (mode ``off``) is still to be removed or taken."""
+        return self._home is not None
+
+    def take_empty_home(self) -> str | None:
+        """
+        Take the private home when the command left it as it was made (an empty
+        directory of this user's, mode 0700), for the next command's :func:`prestart`
+        to use instead of making one; None when it did not (it stays to be removed).
+        """
+        with self._home_lock:
+            home = self._home
+            if home is None or not _pristine_home(home):
+                return None
+            self._home = None
+        return home
+
     def remove_home(self) -> None:
         """Remove the private home (mode ``off``), if there is one; blocks on the disk."""
-        home, self._home = self._home, None
+        with self._home_lock:
+            home, self._home = self._home, None
         if home is not None:
             remove_tree(home)
+
+
+def _pristine_home(home: str) -> bool:
+    try:
+        st = os.lstat(home)
+        with os.scandir(home) as entries:
+            empty = next(entries, None) is None
+    except OSError:
+        return False
+    return (
+        empty
+        and stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+        and stat.S_IMODE(st.st_mode) == 0o700
+    )
 
 
 def launch(
@@ -901,35 +789,40 @@ def _launch(
     marker_env: Mapping[str, str] | None,
     *,
     outside: bool,
+    home: str | None = None,
 ) -> Launch:
     """:func:`launch`; with ``outside`` (mode ``off``), ``argv`` runs as it is, and
-    the cgroup and the limits are given by :meth:`Launch.admit`."""
+    the cgroup and the limits are given by :meth:`Launch.admit`; ``home``: a private
+    home to use (mode ``off``; :meth:`Launch.take_empty_home`), which the launch owns."""
     henv = os.environ if host_env is None else host_env
     inside = spec.inside
     where = Path(cwd) if cwd is not None else inside
-    home: str | None = None
     if spec.mode == "auto":
+        if home is not None:
+            remove_tree(home)  # a sandbox has a home of its own
+            home = None
         reason = sandbox_available()
         if reason is not None:
             raise SandboxUnavailableError(reason)
         if spec.lower is not None:
-            for made in overlay_dirs(Path(os.path.realpath(spec.writable))):
+            for made in overlay_dirs(spec.host_dir):
                 made.mkdir(exist_ok=True)
         cmd = wrap(argv, spec, where, host_env=henv)
         env = dict(marker_env or {})
-        host_cwd = Path(os.path.realpath(spec.writable))
+        host_cwd = spec.host_dir
     else:
         cmd = list(argv) if outside else wrap(argv, spec, where)
-        home = tempfile.mkdtemp(prefix="proctor-home-")
+        if home is None:
+            home = tempfile.mkdtemp(prefix="proctor-home-")
         env = {**sandbox_env(spec, henv), "HOME": home, **(marker_env or {})}
         host_cwd = command_dir(spec, where)
     process_limit = "rlimit" if os.getuid() != 0 else "none"
     cgroup: Path | None = None
     before = 0
     if spec.use_cgroup:
-        cgroup = _acquire_cgroup(spec.max_processes)
+        cgroup = cgroups.acquire(spec.max_processes)
         if cgroup is not None:
-            before = _refused_forks(cgroup)
+            before = cgroups.refused_forks(cgroup)
             process_limit = "cgroup"
             if not outside:
                 # Join the cgroup before prlimit and bwrap start: nothing forks outside it.
@@ -981,7 +874,7 @@ def command_dir(spec: SandboxSpec, cwd: str | os.PathLike[str]) -> Path:
         return where
     inside = spec.inside
     rel = where.relative_to(inside) if _is_under(where, inside) else None
-    return Path(os.path.realpath(spec.writable)) / rel if rel is not None else where
+    return spec.host_dir / rel if rel is not None else where
 
 
 def command_line(argv: Sequence[str], cwd: str | os.PathLike[str]) -> bytes | None:
@@ -1004,7 +897,11 @@ def command_line(argv: Sequence[str], cwd: str | os.PathLike[str]) -> bytes | No
 
 
 def prestart(
-    spec: SandboxSpec, marker_env: Mapping[str, str] | None = None, *, outside: bool = False
+    spec: SandboxSpec,
+    marker_env: Mapping[str, str] | None = None,
+    *,
+    outside: bool = False,
+    home: str | None = None,
 ) -> Launch:
     """
     Prepare a sandbox that is made before its command is known.
@@ -1024,13 +921,16 @@ def prestart(
             (:meth:`Launch.admit`) before handing it its line: that ``sh`` runs
             nothing until then. Only for a caller that alone reaps the process.
             Ignored with mode ``auto`` (bubblewrap forks as it starts).
+        home: with mode ``off``, the private home to give it, one an earlier
+            command left empty (:meth:`Launch.take_empty_home`); the launch owns
+            it from here. None makes one.
 
     Raises:
         SandboxUnavailableError: mode ``auto`` and bubblewrap cannot be used here.
     """
     trampoline = ["/bin/sh", "-c", _TRAMPOLINE]
     outside = outside and spec.mode == "off"
-    return _launch(trampoline, spec, spec.inside, None, marker_env, outside=outside)
+    return _launch(trampoline, spec, spec.inside, None, marker_env, outside=outside, home=home)
 
 
 def limit_note(code: int | None, sandboxed: bool, forks_refused: bool) -> str | None:
