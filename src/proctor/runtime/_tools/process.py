@@ -589,8 +589,9 @@ async def _drain(process: Process, capture: _Capture, done: anyio.Event | None =
 async def _kill(pgids: Sequence[int]) -> list[int]:
     """SIGKILL the groups that are still alive, wait a moment for them to vanish, return them."""
     killed = [pgid for pgid in pgids if group_alive(pgid) and kill_group(pgid)]
-    with anyio.move_on_after(_KILL_WAIT):
-        await _wait_gone(killed)
+    if killed:
+        with anyio.move_on_after(_KILL_WAIT):
+            await _wait_gone(killed)
     return killed
 
 

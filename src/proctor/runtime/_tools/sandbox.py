@@ -869,10 +869,12 @@ def command_dir(spec: SandboxSpec, cwd: str | os.PathLike[str]) -> Path:
         spec: the sandbox.
         cwd: the working directory as seen inside.
     """
-    where = Path(cwd)
+    where = cwd if isinstance(cwd, Path) else Path(cwd)
     if spec.mode == "auto":
         return where
     inside = spec.inside
+    if where == inside:
+        return spec.host_dir  # the common case: the workspace's root
     rel = where.relative_to(inside) if _is_under(where, inside) else None
     return spec.host_dir / rel if rel is not None else where
 
