@@ -474,6 +474,39 @@ def test_a_dead_process_s_cgroups_do_not_take_the_process_limit(
     not os.access("/sys/fs/cgroup/pids", os.W_OK),
     reason="needs a writable cgroup-v1 pids hierarchy",
 )
+def test_a_released_cgroup_is_reused_only_once_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cgroups, "_released", [])
+    made: list[Path] = []
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        held = cgroups.acquire(5)
+        assert held is not None
+        made.append(held)
+        cgroups.join(held, holder.pid)
+        cgroups.release(held)  # a process is still in it
+        other = cgroups.acquire(9)
+        assert other is not None
+        made.append(other)
+        assert other != held
+        assert (other / "pids.max").read_text().strip() == "9"
+        cgroups.release(other)
+        holder.kill()
+        holder.wait()
+        again = {cgroups.acquire(7), cgroups.acquire(7)}
+        assert again == {held, other}  # both empty now: neither made anew
+        assert {(cg / "pids.max").read_text().strip() for cg in made} == {"7"}
+    finally:
+        holder.kill()
+        holder.wait()
+        for cg in made:
+            with contextlib.suppress(OSError):
+                cg.rmdir()
+
+
+@pytest.mark.skipif(
+    not os.access("/sys/fs/cgroup/pids", os.W_OK),
+    reason="needs a writable cgroup-v1 pids hierarchy",
+)
 def test_the_cgroups_of_dead_processes_are_removed(tmp_path: Path) -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()  # a pid no process has now
