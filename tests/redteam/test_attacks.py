@@ -387,8 +387,11 @@ def listener() -> Iterator[tuple[int, list[bytes]]]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield server.getsockname()[1], seen
+    # shutdown() wakes the blocked accept(); close() alone would leave it waiting.
+    server.shutdown(socket.SHUT_RDWR)
     server.close()
     thread.join(5)
+    assert not thread.is_alive()
 
 
 async def test_a_server_on_the_host_loopback_is_unreachable(

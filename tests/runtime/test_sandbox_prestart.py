@@ -9,7 +9,6 @@ for the command, and one made ahead); these are about the spares themselves.
 
 from __future__ import annotations
 
-import itertools
 import os
 import resource
 import signal
@@ -88,7 +87,7 @@ def replace_directory(d: Path) -> None:
 def launchers(groups: ProcessGroups) -> list[int]:
     """The pids of the spares' launchers (read from the groups: a launcher just
     spawned may be between two execs, when /proc shows no environment)."""
-    return [spare.process.pid for spare in groups._spares.values()]
+    return [spare.process.pid for spares in groups._spares.values() for spare in spares]
 
 
 def proc_file(pid: int, name: str) -> str:
@@ -177,7 +176,7 @@ async def test_the_spare_ends_with_the_groups(ws: Path, token: str) -> None:
     groups = ProcessGroups(prestart=True)
     await sh("true", ws, groups, token)
     spares = launchers(groups)
-    assert len(spares) == 1, "a spare should be waiting for the next command"
+    assert len(spares) == process._SPARES_AHEAD, "spares should wait for the next commands"
     await groups.terminate_all()
     # Each is gone, or still finishing its exit with its memory and files released
     # (the kernel takes it out of its cgroup before it is reaped): no code of it runs.
@@ -191,11 +190,11 @@ async def test_the_spare_ends_with_the_groups(ws: Path, token: str) -> None:
 @needs_sandbox
 async def test_a_spare_that_died_is_replaced(ws: Path, groups: ProcessGroups, token: str) -> None:
     await sh("true", ws, groups, token)
-    (launcher,) = launchers(groups)  # killed as a sweep would kill it
-    os.kill(launcher, signal.SIGKILL)
+    for launcher in launchers(groups):  # killed as a sweep would kill them
+        os.kill(launcher, signal.SIGKILL)
     with anyio.fail_after(30):
-        # Polling: nothing reports the death of the spare's launcher to a test.
-        while pid_alive(launcher):  # noqa: ASYNC110 (a zombie until its watcher reaps it)
+        # Polling: nothing reports the death of a spare's launcher to a test.
+        while any(map(pid_alive, launchers(groups))):  # noqa: ASYNC110 (zombies until reaped)
             await anyio.sleep(0.01)
     assert (await sh("echo still", ws, groups, token)).strip() == "still"
 
@@ -298,17 +297,17 @@ async def test_off_the_spare_waits_joined_and_limited(ws: Path, token: str) -> N
         async with anyio.create_task_group() as tg:
             tg.start_soon(groups.keep_spares)
             with anyio.fail_after(30):
-                # Polling: the spare is made in the background, with no event for a test.
-                while not launchers(groups):  # noqa: ASYNC110
+                # Polling: the spares are made in the background, with no event for a test.
+                while len(launchers(groups)) < process._SPARES_AHEAD:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
-        (spare,) = launchers(groups)
+        spare = launchers(groups)[0]
         # Nothing of it runs yet but the trampoline: it has its limits and its cgroup.
         assert cmdline(spare).split(b"\0")[:2] == [b"/bin/sh", b"-c"]
         limits = proc_file(spare, "limits")
         assert any(line.split()[-3:] == ["33", "38", "seconds"] for line in limits.splitlines())
         assert str(3 << 30) in limits
-        (made,) = groups._spares.values()
+        made = next(iter(groups._spares.values()))[0]
         if made.launched.process_limit == "cgroup":
             assert "proctor-sandbox-" in proc_file(spare, "cgroup")
     finally:
@@ -321,7 +320,7 @@ async def test_off_the_spare_ends_with_the_groups(ws: Path, token: str) -> None:
     groups = ProcessGroups(prestart=True)
     await sh_off("true", ws, groups, token)
     spares = launchers(groups)
-    assert len(spares) == 1, "a spare should be waiting for the next command"
+    assert len(spares) == process._SPARES_AHEAD, "spares should wait for the next commands"
     await groups.terminate_all()
     assert not [p for p in spares if pid_alive(p) and cmdline(p)]
     assert marked(token) == []
@@ -374,9 +373,13 @@ async def test_off_only_a_home_left_as_it_was_made_serves_the_next_command(
             homes.append(home)
         tg.cancel_scope.cancel()
     await groups.terminate_all()
-    if not ahead:  # the next spare is made as the command ends, from what it left
-        passed = [after == home for home, after in itertools.pairwise(homes)]
-        assert passed == list(changes.values())[:-1], homes
+    if not ahead:  # spares are made as each command ends, from what it left
+        for i, left_as_made in enumerate(changes.values()):
+            passed_on = homes[i] in homes[i + 1 :]
+            if left_as_made and i + process._SPARES_AHEAD < len(homes):
+                assert passed_on, (i, homes)  # served a command a spare or two later
+            elif not left_as_made:
+                assert not passed_on, (i, homes)
     assert [h for h in set(homes) if await anyio.Path(h).exists()] == []
 
 
@@ -426,6 +429,40 @@ async def test_a_command_waits_for_the_spare_being_made(
         pid = int(await sh_off("echo $$", ws, groups, token))
         tg.cancel_scope.cancel()
     assert made[0] == pid  # the command ran in it, and no second one was made for it
+
+
+async def test_the_spares_are_made_up_while_a_command_runs(
+    ws: Path, groups: ProcessGroups, token: str, fifo_path: Path
+) -> None:
+    # Made while the command runs, a spare's exec does not share the host with the
+    # durable commit before the command, nor with the step after it.
+    (ws / "sub").mkdir()
+    groups.prepare(spec_off(ws), {"PROCTOR_RUN": token})
+    said: list[str] = []
+
+    async def command() -> None:
+        said.append(await sh_off(f"cat {fifo_path}", ws, groups, token))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(groups.keep_spares)
+        with anyio.fail_after(30):
+            # Polling: the spares are made in the background, with no event for a test.
+            while len(launchers(groups)) < process._SPARES_AHEAD:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        ahead = launchers(groups)
+        tg.start_soon(command)  # waits on the fifo until it is written
+        with anyio.fail_after(30):
+            while len(set(launchers(groups)) - set(ahead)) < 1:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        assert len(launchers(groups)) == process._SPARES_AHEAD
+        assert not said  # the command still runs
+        assert len(groups.live()) == 1
+        await anyio.to_thread.run_sync(fifo_path.write_text, "done")
+        with anyio.fail_after(30):
+            while not said:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert said == ["done"]
 
 
 @pytest.mark.parametrize("ahead", [False, True], ids=["made-for-it", "made-ahead"])

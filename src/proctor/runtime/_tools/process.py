@@ -78,6 +78,10 @@ SIGTERM (``terminated``) or it needed SIGKILL (``killed``).
 
 # Time a group gets between SIGTERM and SIGKILL when a command's time limit hits.
 _TERM_GRACE = 0.5
+# Spares kept made ahead, per sandbox and launcher environment. Two: the one made
+# after a command serves the command after next, so that making it (an exec, a
+# sandbox) has a whole step to finish in; with one, back-to-back commands waited.
+_SPARES_AHEAD = 2
 # Time to read what is left in the pipe once the command's group is gone.
 _DRAIN_GRACE = 1.0
 # Bound of the shielded cleanup that runs when the caller is cancelled.
@@ -242,9 +246,10 @@ class ProcessGroups:
 
     With ``prestart``, a sandboxed command is handed to a sandbox made ahead
     (:func:`~proctor.runtime._tools.sandbox.prestart`), and the next one is made
-    at once: one spare per sandbox and launcher environment, each used for one
-    command only. The spare is made by :meth:`keep_spares` when a task runs it (a
-    run does), off the command's path; else before the command's call returns.
+    at once: two spares per sandbox and launcher environment (the one made after a
+    command serves the command after next), each used for one command only. The
+    spares are made by :meth:`keep_spares` when a task runs it (a run does), off
+    the command's path; else before the command's call returns.
     Whoever sets ``prestart`` must call :meth:`terminate_all` when the run ends:
     it ends the spares, and none is kept after it.
 
@@ -259,7 +264,7 @@ class ProcessGroups:
     on_end: Callable[[int, str], Awaitable[None]] | None = None
     prestart: bool = False
     _live: dict[int, GroupInfo] = attrs.field(factory=dict, init=False)
-    _spares: dict[Hashable, _Spare] = attrs.field(factory=dict, init=False)
+    _spares: dict[Hashable, list[_Spare]] = attrs.field(factory=dict, init=False)
     _wanted: dict[Hashable, tuple[SandboxSpec, Mapping[str, str] | None]] = attrs.field(
         factory=dict, init=False
     )
@@ -317,8 +322,9 @@ class ProcessGroups:
     async def close_spares(self) -> None:
         """End the sandboxes made ahead that no command has taken."""
         while self._spares:
-            _, spare = self._spares.popitem()
-            await _discard(spare.launched, spare.process)
+            _, spares = self._spares.popitem()
+            for spare in spares:
+                await _discard(spare.launched, spare.process)
 
     async def keep_spares(self) -> None:
         """
@@ -383,23 +389,26 @@ class ProcessGroups:
     async def _replenish(
         self, key: Hashable, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
     ) -> None:
-        if key in self._spares or key in self._making:
+        if key in self._making:
             return
-        made = self._making[key] = anyio.Event()
-        try:
-            with anyio.CancelScope(shield=True):  # a spare half made would have no owner
-                try:
-                    spare = await _start_spare(sandbox, marker_env, self._empty_home(sandbox))
-                except (OSError, ProctorError) as exc:
-                    log.info("process.prestart_failed", error=str(exc))
-                    return
-                if self._closed or key in self._spares:
-                    await _discard(spare.launched, spare.process)
-                else:
-                    self._spares[key] = spare
-        finally:
-            del self._making[key]
-            made.set()
+        while not self._closed and len(self._spares.get(key, ())) < _SPARES_AHEAD:
+            # One event a spare: a command waiting for one goes as soon as it is made.
+            made = self._making[key] = anyio.Event()
+            try:
+                with anyio.CancelScope(shield=True):  # a spare half made would have no owner
+                    try:
+                        spare = await _start_spare(sandbox, marker_env, self._empty_home(sandbox))
+                    except (OSError, ProctorError) as exc:
+                        log.info("process.prestart_failed", error=str(exc))
+                        return
+                    spares = self._spares.setdefault(key, [])
+                    if self._closed or len(spares) >= _SPARES_AHEAD:
+                        await _discard(spare.launched, spare.process)
+                    else:
+                        spares.append(spare)
+            finally:
+                del self._making[key]
+                made.set()
 
     async def start_sandboxed(
         self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None, line: bytes
@@ -407,8 +416,8 @@ class ProcessGroups:
         """
         Hand the command ``line`` to a sandbox made ahead (waited for while it is
         being made; made now when there is none); return the sandbox and its
-        launcher. Once the command has ended,
-        :meth:`replace_spare` has the next one made.
+        launcher. Its replacement is asked of :meth:`keep_spares` at once; without
+        that task, :meth:`replace_spare` makes it once the command has ended.
 
         Args:
             sandbox: the sandbox.
@@ -422,13 +431,16 @@ class ProcessGroups:
         key = _spare_key(sandbox, marker_env)
         for attempt in (1, 2):
             making = self._making.get(key)
-            if making is not None and key not in self._spares:
+            if making is not None and not self._spares.get(key):
                 # Started before this command came: ready no later than one made now.
                 await making.wait()
-            spare = self._spares.pop(key, None)
-            if spare is not None and not spare.usable(sandbox):
-                await _discard(spare.launched, spare.process)
-                spare = None
+            spare = None
+            spares = self._spares.get(key, [])
+            while spares and spare is None:
+                spare = spares.pop(0)  # the oldest first
+                if not spare.usable(sandbox):
+                    await _discard(spare.launched, spare.process)
+                    spare = None
             if spare is None:
                 spare = await _start_spare(sandbox, marker_env, self._empty_home(sandbox))
             launched, process = spare.launched, spare.process
@@ -442,7 +454,21 @@ class ProcessGroups:
                     raise OSError("the prestarted sandbox ended before its command") from None
                 continue
             break
+        # Its replacement is made while the command runs (by keep_spares): a spare's
+        # exec then shares the host with the command, not with the dispatch's commit
+        # (whose thread it made wait for the interpreter), nor with the next step.
+        self._ask(key, sandbox, marker_env)
         return launched, process
+
+    def _ask(
+        self, key: Hashable, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
+    ) -> bool:
+        """Have :meth:`keep_spares` make spares of ``key``; False if it does not run."""
+        if self._wake is None or self._closed:
+            return False
+        self._wanted[key] = (sandbox, marker_env)
+        self._wake.set()
+        return True
 
     def leave(self, used: Launch) -> None:
         """
@@ -463,8 +489,8 @@ class ProcessGroups:
         self, sandbox: SandboxSpec, marker_env: Mapping[str, str] | None
     ) -> None:
         """
-        Have the next command's sandbox made, once a command has taken the spare
-        and ended, and what is left of the used ones removed (:meth:`leave`): by
+        Once a command that took a spare has ended: have the spares made up and
+        what is left of the used sandboxes removed (:meth:`leave`), by
         :meth:`keep_spares` when it runs, else now.
 
         Args:
@@ -472,9 +498,7 @@ class ProcessGroups:
             marker_env: the launcher's variables.
         """
         key = _spare_key(sandbox, marker_env)
-        if self._wake is not None and not self._closed:
-            self._wanted[key] = (sandbox, marker_env)
-            self._wake.set()
+        if self._ask(key, sandbox, marker_env):
             return
         if not self._closed:
             await self._replenish(key, sandbox, marker_env)
@@ -773,8 +797,9 @@ async def run_command(
                 groups.leave(launched)
     duration = time.monotonic() - started
     if line is not None and groups is not None and sandbox is not None:
-        # After the command, not while it runs: making a sandbox takes the event loop
-        # for a millisecond or two, which a short command would wait for.
+        # Without keep_spares, after the command, not while it runs: making a sandbox
+        # takes the event loop for a millisecond or two, which a short command would
+        # wait for. With it, this only has the used home removed off the path.
         await groups.replace_spare(sandbox, env)
     output = capture.text()
     if limit.cancelled_caught and not leader_exited:
