@@ -79,8 +79,8 @@ SIGTERM (``terminated``) or it needed SIGKILL (``killed``).
 # Time a group gets between SIGTERM and SIGKILL when a command's time limit hits.
 _TERM_GRACE = 0.5
 # Spares kept made ahead, per sandbox and launcher environment. Two: the one made
-# after a command serves the command after next, so that making it (an exec, a
-# sandbox) has a whole step to finish in; with one, back-to-back commands waited.
+# as a command starts serves the command after next, so that making it (an exec,
+# a sandbox) has a whole step to finish in; with one, back-to-back commands waited.
 _SPARES_AHEAD = 2
 # Time to read what is left in the pipe once the command's group is gone.
 _DRAIN_GRACE = 1.0
