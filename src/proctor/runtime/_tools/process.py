@@ -348,9 +348,16 @@ class ProcessGroups:
             self._wake = None
 
     async def _tidy(self) -> None:
-        """Remove the private homes of the commands that have ended, in a worker thread."""
-        while self._used:
-            used = self._used[-1]
+        """
+        Remove the private homes of the commands that have ended, in a worker thread;
+        the newest homes left as made (at most one a spare) are kept for the next
+        spares instead (:meth:`_empty_home`), until the groups are closed.
+        """
+        kept = 0
+        for used in reversed(self._used.copy()):  # the newest first
+            if not self._closed and kept < _SPARES_AHEAD and used.home_left_as_made():
+                kept += 1
+                continue
             # Taken off the list once removed: a cancellation before the thread runs
             # leaves it to the next tidy (terminate_all's at the latest).
             if used.has_home:
