@@ -1012,6 +1012,33 @@ async def test_processes(journal: JournalLike) -> None:
     assert await journal.processes("run-b") == []
 
 
+async def test_a_deferred_process_end_is_written_with_the_next_operation(target: str) -> None:
+    async with open_journal(target) as j, open_journal(target) as other:
+        await j.put_task(TASK, "goal", {}, "c1")
+        epoch = await new_run(j, "run-a")
+        await j.record_process("run-a", 4242, "pytest -q")
+        await j.end_process("run-a", 4242, "exited", defer=True)
+        # Not yet in the journal for anyone else: the group is still open there...
+        assert [p.how for p in await other.processes("run-a")] == [None]
+        # ...and ended in the step's transaction.
+        await j.append_step("run-a", epoch, step("run-a", 1))
+        [ended] = await other.processes("run-a")
+        assert (ended.how, ended.ended_at is not None) == ("exited", True)
+        # In order: an end deferred before its pgid is taken again ends the old record.
+        await j.record_process("run-a", 4343, "make")
+        await j.end_process("run-a", 4343, "killed", defer=True)
+        await j.record_process("run-a", 4343, "make again")
+        assert [(p.command, p.how) for p in await other.processes("run-a")] == [
+            ("pytest -q", "exited"),
+            ("make", "killed"),
+            ("make again", None),
+        ]
+        # Closing the journal writes what is left.
+        await j.end_process("run-a", 4343, "terminated", defer=True)
+    async with open_journal(target) as again:
+        assert [p.how for p in await again.processes("run-a")] == ["exited", "killed", "terminated"]
+
+
 async def test_notes(journal: JournalLike) -> None:
     await new_run(journal, "run-a")
     await journal.add_note("run-a", "amendment", {"contract_version": "c2"})

@@ -815,7 +815,9 @@ async def _run(
         await journal.record_process(run_id, pgid, command)
 
     async def group_ended(pgid: int, how: str) -> None:
-        await journal.end_process(run_id, pgid, how)
+        # With the command's step (or whatever the journal writes next): a host that
+        # dies before it leaves the group open, and its successor ends it again.
+        await journal.end_process(run_id, pgid, how, defer=True)
 
     # Each sandboxed command finds its sandbox made ahead (by spares_task, below);
     # the run's end (terminate_all) ends the spare.

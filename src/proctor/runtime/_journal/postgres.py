@@ -143,7 +143,8 @@ class PgJournal:
     _durable_set: bool = False
     # Spend records (a row each) written with the journal's next operation.
     _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
-    # Effect settlements (statement, arguments) written with the next operation.
+    # Effect settlements and process ends (statement, arguments) written with the
+    # next operation.
     _settles: list[tuple[str, tuple[Any, ...]]] = attrs.field(factory=list, init=False)
 
     @classmethod
@@ -1015,8 +1016,14 @@ class PgJournal:
             await conn.execute(Sql.record_process, run_id, pgid, clean(command), time.time())
 
     @boundaries("end_process")
-    async def end_process(self, run_id: str, pgid: int, how: str) -> None:
-        """Mark the latest open record of a process group as ended; nothing if none is open."""
+    async def end_process(self, run_id: str, pgid: int, how: str, *, defer: bool = False) -> None:
+        """
+        Mark the latest open record of a process group as ended; nothing if none is
+        open. With ``defer``, with the next operation (see :meth:`Journal.end_process`).
+        """
+        if defer:
+            self._settles.append((Sql.end_process, (run_id, pgid, how, time.time())))
+            return
         async with self._use(f"end process group {pgid} of run {run_id}") as conn:
             await conn.execute(Sql.end_process, run_id, pgid, how, time.time())
 

@@ -137,7 +137,7 @@ class Journal:
     _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True), init=False)
     # Spend records (a row each) written with the journal's next operation.
     _deferred: list[SpendRecord] = attrs.field(factory=list, init=False)
-    # Effect settlements written with the journal's next operation (the step).
+    # Effect settlements and process ends written with the journal's next operation.
     _settles: list[Settle] = attrs.field(factory=list, init=False)
     # Steps waiting for the lock, written together by the first to get it.
     _steps: list[StepWrite] = attrs.field(factory=list, init=False)
@@ -1096,9 +1096,23 @@ class Journal:
         await self._locked_write(f"record process group {pgid} of run {run_id}", write)
         crash_point("record_process:after")
 
-    async def end_process(self, run_id: str, pgid: int, how: str) -> None:
-        """Mark the latest open record of a process group as ended; nothing if none is open."""
+    async def end_process(self, run_id: str, pgid: int, how: str, *, defer: bool = False) -> None:
+        """
+        Mark the latest open record of a process group as ended; nothing if none is open.
+
+        Args:
+            run_id: the run.
+            pgid: the group's id.
+            how: ``exited``, ``terminated`` or ``killed``.
+            defer: write it in the transaction of the journal's next operation (a
+                command's step), with the effect's settlement; a host that dies
+                before it leaves the group open in the journal, and whoever closes
+                the run ends it again (a group that is gone: ``exited``).
+        """
         params = {"run_id": run_id, "pgid": pgid, "how": how, "now": time.time()}
+        if defer:
+            self._settles.append(Settle(Sql.end_process, params))
+            return
 
         def write(conn: sqlite3.Connection) -> None:
             crash_point("end_process:before")

@@ -350,12 +350,13 @@ class ProcessGroups:
     async def _tidy(self) -> None:
         """
         Remove the private homes of the commands that have ended, in a worker thread;
-        the newest homes left as made (at most one a spare) are kept for the next
-        spares instead (:meth:`_empty_home`), until the groups are closed.
+        the newest homes (one a spare) are kept for the next spares instead, until
+        the groups are closed. A spare takes one only if it was left as made
+        (:meth:`_empty_home`); one that was not goes once newer ones have come.
         """
         kept = 0
         for used in reversed(self._used.copy()):  # the newest first
-            if not self._closed and kept < _SPARES_AHEAD and used.home_left_as_made():
+            if not self._closed and kept < _SPARES_AHEAD and used.has_home:
                 kept += 1
                 continue
             # Taken off the list once removed: a cancellation before the thread runs

@@ -718,11 +718,6 @@ class Launch:
         """Whether a private home (mode ``off``) is still to be removed or taken."""
         return self._home is not None
 
-    def home_left_as_made(self) -> bool:
-        """Whether the private home is still here, as it was made (see :meth:`take_empty_home`)."""
-        home = self._home
-        return home is not None and _pristine_home(home)
-
     def take_empty_home(self) -> str | None:
         """
         Take the private home when the command left it as it was made (an empty
