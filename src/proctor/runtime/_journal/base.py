@@ -466,9 +466,18 @@ class JournalLike(Protocol):
     async def spend_rows(self, run_id: str) -> list[SpendRow]: ...
 
     async def record_process(self, run_id: str, pgid: int, command: str) -> None: ...
-    async def end_process(
-        self, run_id: str, pgid: int, how: str, *, defer: bool = False
-    ) -> None: ...
+    async def end_process(self, run_id: str, pgid: int, how: str, *, defer: bool = False) -> None:
+        """
+        Mark the latest open record of process group ``pgid`` as ended (``how``:
+        ``exited``, ``terminated`` or ``killed``); nothing if none is open.
+
+        With ``defer``, it is written in the transaction of the journal's next
+        operation (a command's step), as a deferred effect settlement is: a host
+        that dies before it leaves the group open in the journal, and whoever
+        closes the run ends it again (a group that is gone: ``exited``).
+        """
+        ...
+
     async def processes(self, run_id: str) -> list[ProcessRow]: ...
 
     async def add_note(self, run_id: str, kind: str, body: dict[str, Any]) -> int: ...

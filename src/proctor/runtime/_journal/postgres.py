@@ -1019,7 +1019,7 @@ class PgJournal:
     async def end_process(self, run_id: str, pgid: int, how: str, *, defer: bool = False) -> None:
         """
         Mark the latest open record of a process group as ended; nothing if none is
-        open. With ``defer``, with the next operation (see :meth:`Journal.end_process`).
+        open. With ``defer``, with the next operation (``JournalLike.end_process``).
         """
         if defer:
             self._settles.append((Sql.end_process, (run_id, pgid, how, time.time())))

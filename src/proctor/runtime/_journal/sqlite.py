@@ -1098,16 +1098,8 @@ class Journal:
 
     async def end_process(self, run_id: str, pgid: int, how: str, *, defer: bool = False) -> None:
         """
-        Mark the latest open record of a process group as ended; nothing if none is open.
-
-        Args:
-            run_id: the run.
-            pgid: the group's id.
-            how: ``exited``, ``terminated`` or ``killed``.
-            defer: write it in the transaction of the journal's next operation (a
-                command's step), with the effect's settlement; a host that dies
-                before it leaves the group open in the journal, and whoever closes
-                the run ends it again (a group that is gone: ``exited``).
+        Mark the latest open record of a process group as ended; nothing if none is
+        open. With ``defer``, with the next operation (``JournalLike.end_process``).
         """
         params = {"run_id": run_id, "pgid": pgid, "how": how, "now": time.time()}
         if defer:
