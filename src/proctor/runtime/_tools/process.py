@@ -481,9 +481,9 @@ class ProcessGroups:
     def leave(self, used: Launch) -> None:
         """
         Take the sandbox a command ran in, released but for its private home, and
-        remove the home off the command's path: with the next spare made
-        (:meth:`replace_spare`), at :meth:`terminate_all` at the latest; now, once
-        the groups are closed.
+        deal with the home off the command's path: passed on to a later spare if
+        it was left as made, else removed (by :meth:`_tidy`, at
+        :meth:`terminate_all` at the latest); removed now, once the groups are closed.
 
         Args:
             used: the command's sandbox.
