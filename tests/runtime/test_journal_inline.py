@@ -1,8 +1,8 @@
 """
 The SQLite journal's inline connection: ordinary commits made in the event
 loop's thread when the file's write lock is free, the writer thread otherwise;
-durable commits never inline; no inline commit starts the WAL over; the WAL
-still checkpointed.
+durable commits inline too while the disk syncs fast; no inline commit starts
+the WAL over; the WAL still checkpointed.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ async def test_a_step_waits_in_the_writer_thread_for_another_writer(
         assert [s["step"] for s in await journal.steps("run-a")] == [1, 2, 3]
 
 
-async def test_durable_commits_and_durable_levels_never_go_inline(
+async def test_a_durable_commit_goes_inline_at_full_until_a_sync_is_slow(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     attempts = count_inline(monkeypatch)
@@ -114,8 +114,27 @@ async def test_durable_commits_and_durable_levels_never_go_inline(
         for n in (1, 2):
             await journal.append_step("run-a", epoch, step("run-a", n))
         assert attempts == [True]
+        assert journal._inline is not None
+        said: list[str] = []
+        journal._inline.conn.set_trace_callback(said.append)
         await dispatch(journal, "run-a", epoch, "k1")
-        assert attempts == [True]
+        assert attempts == [True, True]
+        # Committed at FULL (it syncs), the connection's own level back after it.
+        assert said[0] == "PRAGMA synchronous = FULL"
+        assert said[-2:] == ["COMMIT", "PRAGMA synchronous = NORMAL"]
+        said.clear()
+        await journal.append_step("run-a", epoch, step("run-a", 3))
+        assert "PRAGMA synchronous = FULL" not in said
+        # Every sync slower than the limit: the durable commit after one is the
+        # writer thread's, whose time says where the one after it goes.
+        monkeypatch.setattr(sqlite_io, "INLINE_SYNC_LIMIT", -1.0)
+        await dispatch(journal, "run-a", epoch, "k2")
+        await dispatch(journal, "run-a", epoch, "k3")
+        assert attempts == [True, True, True]
+        monkeypatch.setattr(sqlite_io, "INLINE_SYNC_LIMIT", 60.0)
+        await dispatch(journal, "run-a", epoch, "k4")
+        assert attempts == [True, True, True, True]
+        assert [e.key for e in await journal.effects(task_id=TASK)] == ["k1", "k2", "k3", "k4"]
     attempts.clear()
     async with await opened(tmp_path / "full.db", "FULL") as journal:
         epoch = await new_run(journal, "run-a")
@@ -131,29 +150,29 @@ async def test_a_commit_goes_inline_unless_it_starts_the_wal_over_or_follows_the
     # The commit after a checkpoint that copied every frame back (here another
     # connection's) starts the WAL over and syncs its header: it goes to the
     # writer thread, as does the one after an operation there; the others inline,
-    # a durable commit's next included.
+    # a durable commit and its next included.
     path = tmp_path / "j.db"
     async with await opened(path) as journal:
         epoch = await new_run(journal, "run-a")  # the writer thread's
         await journal.append_step("run-a", epoch, step("run-a", 1))
         attempts = count_inline(monkeypatch)
-        await dispatch(journal, "run-a", epoch, "k1")  # durable: the writer thread's
+        await dispatch(journal, "run-a", epoch, "k1")  # durable, and inline
         await journal.append_step("run-a", epoch, step("run-a", 2))
-        assert attempts == [True]  # nothing was checkpointed: inline
+        assert attempts == [True, True]  # nothing was checkpointed: inline
         other = sqlite3.connect(path)
         try:
             other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         finally:
             other.close()
         await journal.append_step("run-a", epoch, step("run-a", 3))  # starts it over: not inline
-        assert attempts == [True]
-        await journal.append_step("run-a", epoch, step("run-a", 4))
         assert attempts == [True, True]
+        await journal.append_step("run-a", epoch, step("run-a", 4))
+        assert attempts == [True, True, True]
         assert len(await journal.steps("run-a")) == 4  # the writer thread's
         await journal.append_step("run-a", epoch, step("run-a", 5))  # behind it: there too
-        assert attempts == [True, True]
-        await journal.append_step("run-a", epoch, step("run-a", 6))
         assert attempts == [True, True, True]
+        await journal.append_step("run-a", epoch, step("run-a", 6))
+        assert attempts == [True, True, True, True]
 
 
 def _salt(path: Path) -> bytes:

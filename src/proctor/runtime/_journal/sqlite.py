@@ -277,25 +277,25 @@ class Journal:
         inline: bool = True,
     ) -> _T:
         """
-        Run ``body`` in one transaction after the deferred spend (kept if it fails):
-        by :class:`Inline` if it can (not ``durable``, ``inline``); else in the
-        thread, shielded (it has happened or not when this returns or raises).
+        Run ``body`` in one transaction after the deferred spend (kept if it fails): by
+        :class:`Inline` if it can (``inline``), else in the thread, shielded (done or not).
         """
         rows, self._deferred = self._deferred, []
         settles, self._settles = self._settles, []
         level = None if not durable or self._synchronous in DURABLE else self._synchronous
         write = functools.partial(write_with_spend, rows, settles, body, level)
         try:
-            if not durable and inline and self._inline is not None:
-                done, value = self._inline.write(rows, settles, body)
+            if inline and self._inline is not None:
+                done, value = self._inline.write(rows, settles, body, durable=durable, level=level)
                 if done:
                     return cast(_T, value)
             with anyio.CancelScope(shield=True):
+                start = time.monotonic() if durable else None
                 try:
                     result = await in_thread(db, write)
                 finally:
                     if self._inline is not None:
-                        self._inline.used_thread()
+                        self._inline.used_thread(start)
         except Exception:
             self._deferred[:0] = rows
             self._settles[:0] = settles

@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import struct
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
@@ -107,6 +108,12 @@ def write_with_spend(
 #: 1,000 pages (the inline connection never does: a checkpoint syncs).
 INLINE_TURN = 64
 
+#: A durable commit is made inline while the last one synced in less than this
+#: many seconds: the event loop's thread waits on the disk meanwhile, where the
+#: trip to the writer thread and back costs it about 0.3 ms. A slower disk's
+#: syncs go to the writer thread, the loop free while they wait.
+INLINE_SYNC_LIMIT = 0.002
+
 # The start of the WAL index (the ``-shm`` file, in the machine's byte order) as
 # SQLite's file format has it: the header's version (at 0) and mxFrame, the last
 # valid frame (at 16); the checkpoint's nBackfill, the frames copied back into
@@ -126,7 +133,9 @@ class Inline:
     free (it has no busy timeout: it never waits; when another connection
     holds the lock it writes nothing, and the writer thread waits instead);
     it does not checkpoint (every ``INLINE_TURN``-th commit is left to the
-    writer thread, whose commits do), and is never asked for a durable commit.
+    writer thread, whose commits do). A durable commit is made here too while
+    the disk syncs fast (``sync_seconds``, the last durable commit's, within
+    ``INLINE_SYNC_LIMIT``), ``synchronous=FULL`` for its transaction.
 
     The one ordinary commit that syncs is the first after a checkpoint copied
     every frame back (the writer thread's, or another process's): it starts the
@@ -143,6 +152,7 @@ class Inline:
     shm: int | None = None
     writes: int = 0
     follow: bool = False
+    sync_seconds: float = 0.0
 
     @classmethod
     def open(cls, name: str, synchronous: str) -> Inline | None:
@@ -176,9 +186,15 @@ class Inline:
             os.close(self.shm)
             self.shm = None
 
-    def used_thread(self) -> None:
-        """A commit was made in the writer thread: what it follows is behind it."""
+    def used_thread(self, durable_since: float | None = None) -> None:
+        """
+        A commit was made in the writer thread: what it follows is behind it. A
+        durable one's time (since ``durable_since``, the trip's too) says where
+        the next is made.
+        """
         self.follow = False
+        if durable_since is not None:
+            self.sync_seconds = time.monotonic() - durable_since
 
     def restart_due(self) -> bool:
         """
@@ -201,12 +217,33 @@ class Inline:
         rows: Sequence[tuple[Any, ...]],
         settles: Sequence[Settle],
         body: Callable[[sqlite3.Connection], _T],
+        *,
+        durable: bool = False,
+        level: str | None = None,
     ) -> tuple[bool, _T | None]:
-        """:func:`write_inline`, unless it is the writer thread's turn: ``(False, None)``."""
+        """
+        :func:`write_inline`, unless it is the writer thread's turn: ``(False, None)``.
+
+        Args:
+            durable: commit with ``synchronous=FULL`` (when ``level``, the level to go
+                back to, is given; without it, the connection's level syncs).
+        """
         self.writes += 1
         if self.follow or self.writes % INLINE_TURN == 0 or self.restart_due():
             return False, None
-        return write_inline(rows, settles, body, self.conn)
+        if not durable:
+            return write_inline(rows, settles, body, self.conn)
+        if self.sync_seconds > INLINE_SYNC_LIMIT:
+            return False, None
+        start = time.monotonic()
+        if level is not None:
+            self.conn.execute(Sql.synchronous("FULL"))
+        try:
+            return write_inline(rows, settles, body, self.conn)
+        finally:
+            if level is not None:
+                self.conn.execute(Sql.synchronous(level))
+            self.sync_seconds = time.monotonic() - start
 
 
 def write_inline(
@@ -220,7 +257,7 @@ def write_inline(
     if the journal's write lock is free: ``(False, None)`` when another
     connection holds it (nothing was written; the caller waits in the writer
     thread instead). The inline connection has no busy timeout, so this never
-    waits, and it is never asked for a durable commit, so it never syncs.
+    waits for a lock; it syncs only when :meth:`Inline.write` makes it durable.
     """
     try:
         conn.execute(Sql.begin)
