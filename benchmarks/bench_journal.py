@@ -13,6 +13,8 @@ steps against a bare spawn, bytes per step, and the loop against a bare transact
 - ``command_step_ms()``: a run of ``run_command true`` steps in an empty
   workspace, sandboxed as every command is, and with the sandbox off (what the
   journal and the controller add, without bubblewrap's start-up);
+  ``runner_ms()`` the same command through ``run_command`` alone, with no run
+  and no journal (what of the gap is the process runner's);
   ``bare_step_ms()`` the floor it is
   held to: ``sh -c true`` spawned with asyncio, then one durable (FULL) commit
   of a row through aiosqlite.
@@ -60,6 +62,7 @@ from proctor.runtime import (
     ToolSpec,
     ToolStatus,
 )
+from proctor.runtime._tools.process import run_command
 from proctor.runtime._tools.sandbox import SandboxSettings
 
 __all__ = (
@@ -75,6 +78,7 @@ __all__ = (
     "inline_floor_step_us",
     "main",
     "resume_seconds",
+    "runner_ms",
 )
 
 HISTORIES = (100, 1_000, 10_000, 100_000)
@@ -242,6 +246,21 @@ def command_step_ms(steps: int = 50, *, sandboxed: bool = True) -> float:
     """
     with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
         return anyio.run(_command_steps, Path(tmp), steps, sandboxed, backend="asyncio")
+
+
+async def _runner_steps(root: Path, steps: int) -> float:
+    samples = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        await run_command("true", cwd=root, time_limit=60)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
+
+
+def runner_ms(steps: int = 50) -> float:
+    """The median milliseconds of ``run_command("true")`` alone: no run, no journal."""
+    with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
+        return anyio.run(_runner_steps, Path(tmp), steps, backend="asyncio")
 
 
 async def _bare_steps(root: Path, steps: int) -> float:
@@ -444,6 +463,7 @@ def main() -> None:
         print(f"resume at {history:>7,} effects: {resume_seconds(history):.3f} s")
     print(f"command step: {command_step_ms():.2f} ms sandboxed")
     print(f"command step: {command_step_ms(sandboxed=False):.2f} ms with the sandbox off")
+    print(f"run_command alone: {runner_ms():.2f} ms")
     print(f"bare spawn + durable commit: {bare_step_ms():.2f} ms")
     for kind in KINDS:
         print(f"{kind:>8} step: {bytes_per_step(kind):,.0f} bytes for {PAYLOAD:,} recorded")

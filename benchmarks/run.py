@@ -764,10 +764,11 @@ def _journal(p: Params) -> list[Figure]:
                 goal=("<=", 1.1),
             )
         )
-    command, plain, bare = [], [], []
+    command, plain, runner, bare = [], [], [], []
     for _ in range(p.reps):
         command.append(bj.command_step_ms())
         plain.append(bj.command_step_ms(sandboxed=False))
+        runner.append(bj.runner_ms())
         bare.append(bj.bare_step_ms())
     figures += [
         Figure(
@@ -790,6 +791,13 @@ def _journal(p: Params) -> list[Figure]:
             "ms",
             tuple(plain),
             note="the same steps without bubblewrap: what the runtime adds",
+        ),
+        Figure(
+            "journal.runner",
+            "run_command true alone (no run, no journal), sandbox off",
+            "ms",
+            tuple(runner),
+            note="the process runner's share; the rest is the controller's and the journal's",
         ),
         Figure(
             "journal.command_off_ratio",
