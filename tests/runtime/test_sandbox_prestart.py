@@ -133,6 +133,76 @@ def test_the_command_line_reaches_the_command_intact(args: list[str]) -> None:
     assert ran.stdout.split(b"\0")[1:-1] == [a.encode() for a in args]
 
 
+# Pieces of shell scripts that show what a fresh ``sh -c`` would: its name and
+# flags, its arguments, its variables (the trampoline's own must not show), quoting,
+# exit codes, errors, standard input, the directory.
+_PIECES = st.sampled_from(
+    [
+        'echo "$0|$-|$#|$*"',
+        'echo "${n-no n}|${line-no line}|${OLDPWD-no OLDPWD}"',
+        "set | grep -c '^[a-z]' || true",
+        "pwd",
+        "cat; echo read=$?",
+        "false",
+        "exit 3",
+        "nosuchcommand",
+        "if",
+        "f() { return 4; }; f",
+        'echo "$?"',
+        "echo `echo sub` $(echo dollar)",
+        "trap",
+        "echo $LINENO",
+        "shift",
+        "readonly r=1; r=2",
+        "exec echo replaced",
+        "echo err >&2",
+    ]
+)
+_WORDS = st.text(st.characters(blacklist_characters="\0", blacklist_categories=["Cs"]), max_size=12)
+
+
+# Both shells get the environment a sandbox gives (no OLDPWD, no PWD of the host's).
+_CLEAN = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
+
+
+def _as_sh_c(script: str, where: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["/bin/sh", "-c", script],
+        cwd=where,
+        env=_CLEAN,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+    )
+
+
+def _in_trampoline(script: str, where: str) -> subprocess.CompletedProcess[bytes]:
+    line = sb.command_line(["/bin/sh", "-c", script], where)
+    assert line is not None
+    return subprocess.run(
+        ["/bin/sh", "-c", sb._TRAMPOLINE], cwd="/", env=_CLEAN, input=line, capture_output=True
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(_PIECES, _WORDS.map(lambda w: "printf '%s|' " + sb._sh_quote(w))), max_size=6
+    ),
+    st.sampled_from(["; ", "\n", " && ", " || "]),
+)
+def test_a_shell_command_runs_in_the_trampoline_as_sh_c_runs_it(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[str], joint: str
+) -> None:
+    # The trampoline runs a shell command line itself, not by a second /bin/sh:
+    # what the command sees and says is what sh -c would have, but the name of
+    # eval in dash's error messages.
+    script = joint.join(pieces)
+    where = str(tmp_path_factory.getbasetemp())
+    fresh, ran = _as_sh_c(script, where), _in_trampoline(script, where)
+    assert (ran.returncode, ran.stdout) == (fresh.returncode, fresh.stdout), script
+    assert ran.stderr.replace(b": eval: ", b": ") == fresh.stderr, script
+
+
 def test_lines_that_cannot_be_given_are_refused() -> None:
     assert sb.command_line(["echo", "a\0b"], "/tmp") is None
     assert sb.command_line(["echo", "x" * sb.PRESTART_LINE_LIMIT], "/tmp") is None

@@ -677,7 +677,9 @@ async def run_command(
     """
     Run ``cmd`` in its own process group and return its merged output.
 
-    A string runs through ``/bin/sh -c``; a sequence runs directly. Standard input
+    A string runs through ``/bin/sh -c`` (in a run's prestarted sandbox, by the
+    waiting ``/bin/sh -c`` itself, whose error messages then name ``eval``: see
+    docs/security.md); a sequence runs directly. Standard input
     is ``/dev/null``; standard output and error share one pipe, so their lines
     keep their order. The output is read while the command runs, so a command
     that writes much never blocks on a full pipe.
