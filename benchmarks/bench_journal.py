@@ -17,7 +17,9 @@ steps against a bare spawn, bytes per step, and the loop against a bare transact
   and no journal (what of the gap is the process runner's);
   ``bare_step_ms()`` the floor it is
   held to: ``sh -c true`` spawned with asyncio, then one durable (FULL) commit
-  of a row through aiosqlite.
+  of a row through aiosqlite; ``bare_step_ms(sandboxed=True)`` the same spawn
+  in a sandbox made for it (``launch``: the command's bubblewrap sandbox, pids
+  cgroup and limits), the floor of one sandbox a command.
 - ``bytes_per_step(kind)``: a run of ``command``, ``read`` or ``write`` steps
   with 2 KB payloads (a command's output, a file read, a file written, each
   different: text like source or a log, from a seeded generator, which zlib
@@ -63,7 +65,7 @@ from proctor.runtime import (
     ToolStatus,
 )
 from proctor.runtime._tools.process import run_command
-from proctor.runtime._tools.sandbox import SandboxSettings
+from proctor.runtime._tools.sandbox import SandboxSettings, launch
 
 __all__ = (
     "BYTES_STEPS",
@@ -263,8 +265,11 @@ def runner_ms(steps: int = 50) -> float:
         return anyio.run(_runner_steps, Path(tmp), steps, backend="asyncio")
 
 
-async def _bare_steps(root: Path, steps: int) -> float:
+async def _bare_steps(root: Path, steps: int, sandboxed: bool) -> float:
     samples = []
+    workspace = root / "w"
+    workspace.mkdir()
+    spec = SandboxSettings().spec(workspace)
     async with aiosqlite.connect(root / "bare.db", isolation_level=None) as db:
         await db.executescript(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;"
@@ -272,8 +277,19 @@ async def _bare_steps(root: Path, steps: int) -> float:
         )
         for _ in range(steps):
             start = time.perf_counter()
-            proc = await asyncio.create_subprocess_exec("sh", "-c", "true")
-            await proc.wait()
+            if sandboxed:
+                # The same bubblewrap sandbox, cgroup and limits as a command's,
+                # made for it: what one sandbox per command costs at the least.
+                made = launch(["/bin/sh", "-c", "true"], spec)
+                proc = await asyncio.create_subprocess_exec(
+                    *made.argv, env=made.env, cwd=made.cwd, stdin=asyncio.subprocess.DEVNULL
+                )
+                await proc.wait()
+                await made.wait_empty()
+                made.release()
+            else:
+                proc = await asyncio.create_subprocess_exec("sh", "-c", "true")
+                await proc.wait()
             await db.execute("BEGIN IMMEDIATE")
             await db.execute("INSERT INTO t (body) VALUES (?)", ("x" * 500,))
             await db.commit()
@@ -281,10 +297,13 @@ async def _bare_steps(root: Path, steps: int) -> float:
     return statistics.median(samples) * 1e3
 
 
-def bare_step_ms(steps: int = 50) -> float:
-    """The median milliseconds of a bare ``sh -c true`` spawn and one durable commit."""
+def bare_step_ms(steps: int = 50, *, sandboxed: bool = False) -> float:
+    """
+    The median milliseconds of a bare ``sh -c true`` spawn and one durable commit;
+    with ``sandboxed``, spawned in a bubblewrap sandbox made for it, as a command's.
+    """
     with tempfile.TemporaryDirectory(prefix="proctor-bench-") as tmp:
-        return anyio.run(_bare_steps, Path(tmp), steps, backend="asyncio")
+        return anyio.run(_bare_steps, Path(tmp), steps, sandboxed, backend="asyncio")
 
 
 _WORDS = [
@@ -465,6 +484,7 @@ def main() -> None:
     print(f"command step: {command_step_ms(sandboxed=False):.2f} ms with the sandbox off")
     print(f"run_command alone: {runner_ms():.2f} ms")
     print(f"bare spawn + durable commit: {bare_step_ms():.2f} ms")
+    print(f"bare sandboxed spawn + durable commit: {bare_step_ms(sandboxed=True):.2f} ms")
     for kind in KINDS:
         print(f"{kind:>8} step: {bytes_per_step(kind):,.0f} bytes for {PAYLOAD:,} recorded")
     print(f"bare transaction floor: {floor_step_us():.0f} µs")
