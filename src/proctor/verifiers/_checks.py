@@ -29,7 +29,7 @@ from proctor._errors import ConfigError, SandboxUnavailableError
 from proctor._fs import read_inside
 from proctor._logging import get_logger
 from proctor.runtime._tools.process import kill_group
-from proctor.runtime._tools.sandbox import Launch, launch, limit_note, sandbox_env
+from proctor.runtime._tools.sandbox import SHELL, Launch, launch, limit_note, sandbox_env
 from proctor.verifiers._evidence import EXCERPT_CHARS, Evidence
 from proctor.verifiers._harness import harness_patterns, is_pytest, judge_against_baseline
 from proctor.verifiers._more_checks import CheckContext
@@ -39,7 +39,6 @@ __all__ = ("CommandCheck", "contract_version")
 
 log = get_logger()
 
-_SHELL: Final = "/bin/sh"
 # The output tail kept in memory: enough bytes for EXCERPT_CHARS characters of UTF-8.
 _TAIL_BYTES: Final = EXCERPT_CHARS * 4
 # How long to wait for the output to close once the command has exited and its
@@ -179,7 +178,7 @@ class CommandCheck:
     @property
     def argv(self) -> tuple[str, ...]:
         """The argv the check runs (a shell string becomes ``/bin/sh -c``)."""
-        return (_SHELL, "-c", self.run) if isinstance(self.run, str) else self.run
+        return (SHELL, "-c", self.run) if isinstance(self.run, str) else self.run
 
     @property
     def runs_pytest(self) -> bool:

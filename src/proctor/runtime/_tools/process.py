@@ -47,6 +47,7 @@ from proctor._errors import ConfigError, ProctorError
 from proctor._logging import get_logger
 from proctor.runtime._records import ToolResult, ToolStatus
 from proctor.runtime._tools.sandbox import (
+    SHELL,
     Launch,
     SandboxSpec,
     command_dir,
@@ -653,7 +654,7 @@ async def _stop_group(process: Process, pgid: int, grace: float) -> GroupEnd:
 
 def _argv(cmd: str | Sequence[str]) -> tuple[list[str], str]:
     if isinstance(cmd, str):
-        return ["/bin/sh", "-c", cmd], cmd
+        return [SHELL, "-c", cmd], cmd
     argv = list(cmd)
     return argv, shlex.join(argv)
 

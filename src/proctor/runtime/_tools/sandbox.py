@@ -58,6 +58,7 @@ __all__ = (
     "OVERLAY_UNSAFE",
     "PRESTART_LINE_LIMIT",
     "SANDBOX_HOME",
+    "SHELL",
     "SYSTEM_DIRS",
     "Launch",
     "SandboxSettings",
@@ -845,7 +846,11 @@ def _launch(
 # input, and run the line in this same process, so the command is what bubblewrap
 # started, as in a sandbox made for it: a program by ``exec``, a shell command
 # line (``/bin/sh -c``) by this ``/bin/sh`` itself (see command_line).
-_SHELL: Final = "/bin/sh"
+SHELL: Final = "/bin/sh"
+"""
+The shell a command given as a string runs in (``SHELL -c COMMAND``); a
+prestarted sandbox runs such a command in its own shell (:func:`command_line`).
+"""
 _TRAMPOLINE: Final = 'n="\n"; IFS= read -r line || exit 125; exec </dev/null; eval "$line"'
 
 PRESTART_LINE_LIMIT: Final = 4096
@@ -895,7 +900,7 @@ def command_line(argv: Sequence[str], cwd: str | os.PathLike[str]) -> bytes | No
         return None
     # cd sets OLDPWD, which a command made its own sandbox does not get.
     text = f"cd {_sh_quote(where)} || exit 1; unset OLDPWD; "
-    if len(argv) == 3 and argv[0] == _SHELL and argv[1] == "-c":
+    if len(argv) == 3 and argv[0] == SHELL and argv[1] == "-c":
         # The trampoline is that shell, started with -c: it runs the script itself,
         # its own two variables gone first ($n is expanded before), where exec would
         # start a second /bin/sh (about 0.7 ms a command). dash names eval in its
@@ -939,7 +944,7 @@ def prestart(
     Raises:
         SandboxUnavailableError: mode ``auto`` and bubblewrap cannot be used here.
     """
-    trampoline = [_SHELL, "-c", _TRAMPOLINE]
+    trampoline = [SHELL, "-c", _TRAMPOLINE]
     outside = outside and spec.mode == "off"
     return _launch(trampoline, spec, spec.inside, None, marker_env, outside=outside, home=home)
 
